@@ -1,0 +1,251 @@
+//! Bearer-JWT authentication: the token's `sub` is the owner of every thread, run and file.
+//!
+//! The algorithm is pinned by configuration (HS256 with a shared secret for local use, RS256
+//! with a public key for deployments); a token signed any other way is refused, and so is one
+//! without `exp` or `sub`, or past its expiry.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
+use protocol::ErrorCode;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+use crate::http::ErrorResponse;
+
+/// Longest owner id accepted from a token's `sub`.
+pub const MAX_SUB_LEN: usize = 255;
+
+/// The signing algorithm a deployment accepts; exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwtAlgorithm {
+    /// HMAC-SHA256 with a shared secret (local use).
+    Hs256,
+    /// RSA-SHA256 verified with a public key (deployments).
+    Rs256,
+}
+
+impl FromStr for JwtAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "HS256" => Ok(Self::Hs256),
+            "RS256" => Ok(Self::Rs256),
+            other => Err(format!("{other:?} is not supported; use HS256 or RS256")),
+        }
+    }
+}
+
+/// Authentication settings.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The one accepted algorithm.
+    pub algorithm: JwtAlgorithm,
+    /// HS256 secret, or RS256 public key in PEM.
+    pub key: SecretString,
+    /// Required `iss`, if set.
+    pub issuer: Option<String>,
+    /// Required `aud`, if set.
+    pub audience: Option<String>,
+}
+
+/// A key that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot use the configured key: {0}")]
+pub struct KeyError(String);
+
+/// Verifies bearer tokens.
+#[derive(Clone)]
+pub struct Authenticator {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("algorithms", &self.validation.algorithms)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+/// Why a request is not authenticated. Never shown in detail to the caller.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` header.
+    #[error("missing bearer token")]
+    Missing,
+    /// The token is malformed, badly signed, expired or lacks a usable `sub`.
+    #[error("invalid bearer token: {0}")]
+    Invalid(String),
+}
+
+impl Authenticator {
+    /// Builds a verifier from settings.
+    pub fn new(config: &AuthConfig) -> Result<Self, KeyError> {
+        let secret = config.key.expose_secret();
+        let (key, algorithm) = match config.algorithm {
+            JwtAlgorithm::Hs256 => {
+                if secret.len() < 32 {
+                    return Err(KeyError("an HS256 secret needs at least 32 bytes".to_owned()));
+                }
+                (DecodingKey::from_secret(secret.as_bytes()), Algorithm::HS256)
+            }
+            JwtAlgorithm::Rs256 => (
+                DecodingKey::from_rsa_pem(secret.as_bytes()).map_err(|e| KeyError(e.to_string()))?,
+                Algorithm::RS256,
+            ),
+        };
+        let mut validation = Validation::new(algorithm);
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = 30;
+        validation.validate_exp = true;
+        match &config.audience {
+            Some(aud) => validation.set_audience(&[aud]),
+            None => validation.validate_aud = false,
+        }
+        if let Some(iss) = &config.issuer {
+            validation.set_issuer(&[iss]);
+        }
+        Ok(Self { key, validation })
+    }
+
+    /// The owner named by a token, if the token is valid.
+    pub fn verify(&self, token: &str) -> Result<Owner, AuthError> {
+        let data = decode::<Claims>(token, &self.key, &self.validation)
+            .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let sub = data.claims.sub;
+        if sub.is_empty() || sub.len() > MAX_SUB_LEN || sub.chars().any(char::is_control) {
+            return Err(AuthError::Invalid("unusable sub claim".to_owned()));
+        }
+        Ok(Owner(sub))
+    }
+
+    /// The owner of a request with an `Authorization` header value.
+    pub fn verify_header(&self, value: Option<&str>) -> Result<Owner, AuthError> {
+        let value = value.ok_or(AuthError::Missing)?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or(AuthError::Missing)?;
+        self.verify(token.trim())
+    }
+}
+
+/// The authenticated caller: the `sub` of a valid bearer token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(pub String);
+
+impl Owner {
+    /// The owner id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<S> FromRequestParts<S> for Owner
+where
+    Arc<Authenticator>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ErrorResponse;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let auth = Arc::<Authenticator>::from_ref(state);
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        auth.verify_header(header).map_err(|err| {
+            tracing::debug!(error = %err, "request refused: not authenticated");
+            ErrorResponse::new(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthorized,
+                "a valid bearer token is required",
+            )
+            .with_header(header::WWW_AUTHENTICATE, "Bearer")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn authenticator() -> Authenticator {
+        Authenticator::new(&AuthConfig {
+            algorithm: JwtAlgorithm::Hs256,
+            key: SecretString::from(SECRET),
+            issuer: None,
+            audience: None,
+        })
+        .unwrap()
+    }
+
+    fn token(alg: Algorithm, claims: serde_json::Value) -> String {
+        encode(&Header::new(alg), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
+    }
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_valid_token_names_its_sub_as_owner() {
+        let t = token(Algorithm::HS256, json!({"sub": "alice", "exp": now() + 60}));
+        assert_eq!(authenticator().verify(&t), Ok(Owner("alice".to_owned())));
+    }
+
+    #[test]
+    fn an_expired_token_is_refused() {
+        let t = token(Algorithm::HS256, json!({"sub": "alice", "exp": now() - 120}));
+        assert!(authenticator().verify(&t).is_err());
+    }
+
+    #[test]
+    fn a_token_signed_with_another_algorithm_is_refused() {
+        let t = token(Algorithm::HS512, json!({"sub": "alice", "exp": now() + 60}));
+        assert!(authenticator().verify(&t).is_err());
+    }
+
+    #[test]
+    fn a_token_without_sub_or_exp_is_refused() {
+        let no_sub = token(Algorithm::HS256, json!({"exp": now() + 60}));
+        let no_exp = token(Algorithm::HS256, json!({"sub": "alice"}));
+        assert!(authenticator().verify(&no_sub).is_err());
+        assert!(authenticator().verify(&no_exp).is_err());
+    }
+
+    #[test]
+    fn a_header_without_the_bearer_scheme_is_missing() {
+        assert_eq!(authenticator().verify_header(Some("Basic abc")), Err(AuthError::Missing));
+        assert_eq!(authenticator().verify_header(None), Err(AuthError::Missing));
+    }
+
+    #[test]
+    fn a_short_hs256_secret_is_refused_at_start() {
+        let config = AuthConfig {
+            algorithm: JwtAlgorithm::Hs256,
+            key: SecretString::from("short"),
+            issuer: None,
+            audience: None,
+        };
+        assert!(Authenticator::new(&config).is_err());
+    }
+}

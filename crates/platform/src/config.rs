@@ -1,0 +1,191 @@
+//! Typed configuration from environment variables.
+//!
+//! Services describe their settings as structs and read them through [`Env`], which names the
+//! variable in every error so a bad deployment fails at start with a message that says what to fix.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use secrecy::SecretString;
+
+use crate::auth::{AuthConfig, JwtAlgorithm};
+
+/// A setting that is missing or cannot be parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("environment variable {0} is required but not set")]
+    Missing(String),
+    /// A variable is set to something that cannot be used.
+    #[error("environment variable {name} is invalid: {reason}")]
+    Invalid {
+        /// The variable.
+        name: String,
+        /// Why its value cannot be used.
+        reason: String,
+    },
+}
+
+/// A snapshot of environment variables to read settings from.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: HashMap<String, String>,
+}
+
+impl Env {
+    /// The process environment.
+    pub fn from_process() -> Self {
+        Self {
+            vars: std::env::vars().collect(),
+        }
+    }
+
+    /// An explicit set of variables (tests, tools).
+    pub fn from_pairs<I, K, V>(pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Self {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// The raw value of `name`, if set and not empty.
+    pub fn raw(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A required variable, parsed.
+    pub fn required<T>(&self, name: &str) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        let raw = self
+            .raw(name)
+            .ok_or_else(|| ConfigError::Missing(name.to_owned()))?;
+        parse(name, raw)
+    }
+
+    /// An optional variable, parsed.
+    pub fn optional<T>(&self, name: &str) -> Result<Option<T>, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        self.raw(name).map(|raw| parse(name, raw)).transpose()
+    }
+
+    /// A variable with a default, parsed.
+    pub fn or<T>(&self, name: &str, default: T) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        Ok(self.optional(name)?.unwrap_or(default))
+    }
+
+    /// A required secret.
+    pub fn secret(&self, name: &str) -> Result<SecretString, ConfigError> {
+        self.raw(name)
+            .map(|raw| SecretString::from(raw.to_owned()))
+            .ok_or_else(|| ConfigError::Missing(name.to_owned()))
+    }
+
+    /// The authentication settings shared by every service (`SB_JWT_*`).
+    pub fn auth(&self) -> Result<AuthConfig, ConfigError> {
+        let algorithm: JwtAlgorithm = self.or("SB_JWT_ALG", JwtAlgorithm::Hs256)?;
+        let key = match algorithm {
+            JwtAlgorithm::Hs256 => self.secret("SB_JWT_SECRET")?,
+            JwtAlgorithm::Rs256 => self.secret("SB_JWT_PUBLIC_KEY")?,
+        };
+        let config = AuthConfig {
+            algorithm,
+            key,
+            issuer: self.optional("SB_JWT_ISSUER")?,
+            audience: self.optional("SB_JWT_AUDIENCE")?,
+        };
+        // Build once so a malformed key fails at start, naming the variable.
+        crate::auth::Authenticator::new(&config).map_err(|err| ConfigError::Invalid {
+            name: match algorithm {
+                JwtAlgorithm::Hs256 => "SB_JWT_SECRET".to_owned(),
+                JwtAlgorithm::Rs256 => "SB_JWT_PUBLIC_KEY".to_owned(),
+            },
+            reason: err.to_string(),
+        })?;
+        Ok(config)
+    }
+
+    /// The NATS settings shared by every service (`SB_NATS_URL`, `SB_NATS_PREFIX`).
+    pub fn nats(&self) -> Result<crate::nats::NatsConfig, ConfigError> {
+        let prefix: String = self.or("SB_NATS_PREFIX", "sb".to_owned())?;
+        let names = protocol::messaging::Names::new(&prefix).map_err(|err| ConfigError::Invalid {
+            name: "SB_NATS_PREFIX".to_owned(),
+            reason: err.to_string(),
+        })?;
+        Ok(crate::nats::NatsConfig {
+            url: self.or("SB_NATS_URL", "nats://127.0.0.1:4222".to_owned())?,
+            names,
+        })
+    }
+
+    /// Telemetry settings (`SB_LOG_FORMAT`, `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub fn telemetry(&self, service: &'static str) -> Result<crate::telemetry::TelemetryConfig, ConfigError> {
+        Ok(crate::telemetry::TelemetryConfig {
+            service,
+            log_format: self.or("SB_LOG_FORMAT", crate::telemetry::LogFormat::Json)?,
+            otlp_endpoint: self.optional("OTEL_EXPORTER_OTLP_ENDPOINT")?,
+        })
+    }
+}
+
+fn parse<T>(name: &str, raw: &str) -> Result<T, ConfigError>
+where
+    T: FromStr,
+    T::Err: std::fmt::Display,
+{
+    raw.parse().map_err(|err: T::Err| ConfigError::Invalid {
+        name: name.to_owned(),
+        reason: err.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_required_variable_is_named_in_the_error() {
+        let env = Env::from_pairs([("OTHER", "1")]);
+        let err = env.required::<u16>("SB_PORT").err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("environment variable SB_PORT is required but not set"));
+    }
+
+    #[test]
+    fn an_unparsable_variable_is_named_in_the_error() {
+        let env = Env::from_pairs([("SB_PORT", "eighty")]);
+        let err = env.or::<u16>("SB_PORT", 80).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.starts_with("environment variable SB_PORT is invalid")));
+    }
+
+    #[test]
+    fn hs256_without_a_secret_fails_naming_the_secret() {
+        let env = Env::from_pairs([("SB_JWT_ALG", "HS256")]);
+        let err = env.auth().err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("environment variable SB_JWT_SECRET is required but not set"));
+    }
+
+    #[test]
+    fn an_unknown_algorithm_is_refused() {
+        let env = Env::from_pairs([("SB_JWT_ALG", "none"), ("SB_JWT_SECRET", "x")]);
+        assert!(env.auth().is_err());
+    }
+}

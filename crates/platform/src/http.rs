@@ -1,0 +1,158 @@
+//! The HTTP edge every service shares: the error answer, health routes and the server loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::future::BoxFuture;
+use protocol::{ErrorCode, ErrorEnvelope};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+/// An error answer: a status and the shared JSON envelope.
+#[derive(Debug)]
+pub struct ErrorResponse {
+    status: StatusCode,
+    envelope: ErrorEnvelope,
+    header: Option<(HeaderName, HeaderValue)>,
+}
+
+impl ErrorResponse {
+    /// An answer without a field.
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            envelope: ErrorEnvelope::new(code, message),
+            header: None,
+        }
+    }
+
+    /// An answer naming the offending field.
+    pub fn with_field(
+        status: StatusCode,
+        code: ErrorCode,
+        message: impl Into<String>,
+        field: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            envelope: ErrorEnvelope::with_field(code, message, field),
+            header: None,
+        }
+    }
+
+    /// 404 for a resource that does not exist or is not the caller's.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("{what} not found"))
+    }
+
+    /// 500, logged once with its cause chain, answered opaquely.
+    pub fn internal(err: &anyhow::Error) -> Self {
+        tracing::error!(error = format!("{err:#}"), "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            "internal error",
+        )
+    }
+
+    /// 503 when a dependency is down, logged once, answered opaquely.
+    pub fn unavailable(err: &anyhow::Error) -> Self {
+        tracing::error!(error = format!("{err:#}"), "dependency unavailable");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Unavailable,
+            "a dependency is unavailable, retry later",
+        )
+    }
+
+    /// Adds a header to the answer.
+    pub fn with_header(mut self, name: HeaderName, value: &'static str) -> Self {
+        self.header = Some((name, HeaderValue::from_static(value)));
+        self
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl IntoResponse for ErrorResponse {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.envelope)).into_response();
+        if let Some((name, value)) = self.header {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}
+
+/// One readiness check: a dependency's name and a probe that says whether it is reachable.
+pub type Probe = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// `/healthz` (the process is alive) and `/readyz` (every probe passes), unauthenticated.
+pub fn health_routes(probes: Vec<(&'static str, Probe)>) -> Router {
+    let probes = Arc::new(probes);
+    Router::new()
+        .route("/healthz", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
+        .route(
+            "/readyz",
+            get(move || {
+                let probes = Arc::clone(&probes);
+                async move { readiness(&probes).await }
+            }),
+        )
+}
+
+async fn readiness(probes: &[(&'static str, Probe)]) -> Response {
+    let mut checks = serde_json::Map::new();
+    let mut ready = true;
+    for (name, probe) in probes {
+        let outcome = tokio::time::timeout(Duration::from_secs(2), probe()).await;
+        let status = match outcome {
+            Ok(Ok(())) => "ok".to_owned(),
+            Ok(Err(err)) => {
+                ready = false;
+                tracing::warn!(dependency = name, error = %err, "readiness probe failed");
+                "unreachable".to_owned()
+            }
+            Err(_) => {
+                ready = false;
+                tracing::warn!(dependency = name, "readiness probe timed out");
+                "timeout".to_owned()
+            }
+        };
+        checks.insert((*name).to_owned(), serde_json::Value::String(status));
+    }
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = serde_json::json!({"status": if ready { "ready" } else { "not_ready" }, "checks": checks});
+    (status, axum::Json(body)).into_response()
+}
+
+/// 404 in the shared envelope for every unknown route.
+pub async fn fallback() -> ErrorResponse {
+    ErrorResponse::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled, then drains in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let x_request_id = HeaderName::from_static("x-request-id");
+    let app = router
+        .fallback(fallback)
+        .layer(PropagateRequestIdLayer::new(x_request_id.clone()))
+        .layer(TraceLayer::new_for_http())
+        .layer(SetRequestIdLayer::new(x_request_id, MakeRequestUuid));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}

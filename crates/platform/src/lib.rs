@@ -1,0 +1,16 @@
+//! Runtime plumbing shared by every Switchboard service.
+//!
+//! Each module is one concern: [`config`] reads typed settings from the environment,
+//! [`telemetry`] sets up JSON logs and OpenTelemetry, [`shutdown`] owns the process's
+//! cancellation token, [`auth`] turns a bearer JWT into an [`auth::Owner`], [`http`] holds the
+//! error answer, health routes and the server loop, and [`nats`], [`db`], [`s3`] connect to
+//! the infrastructure.
+
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod nats;
+pub mod s3;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,137 @@
+//! AG-UI events, as the worker publishes them and the stream endpoints serve them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One AG-UI event, tagged by `type` (`RUN_STARTED`, `TEXT_MESSAGE_CONTENT`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Event {
+    /// The run started.
+    #[serde(rename_all = "camelCase")]
+    RunStarted {
+        /// Thread id.
+        thread_id: String,
+        /// Run id.
+        run_id: String,
+    },
+    /// The run finished successfully.
+    #[serde(rename_all = "camelCase")]
+    RunFinished {
+        /// Thread id.
+        thread_id: String,
+        /// Run id.
+        run_id: String,
+        /// Optional result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+    },
+    /// The run failed.
+    #[serde(rename_all = "camelCase")]
+    RunError {
+        /// What went wrong, safe to show.
+        message: String,
+        /// Machine-readable code.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+    },
+    /// A step started.
+    #[serde(rename_all = "camelCase")]
+    StepStarted {
+        /// Step name.
+        step_name: String,
+    },
+    /// A step finished.
+    #[serde(rename_all = "camelCase")]
+    StepFinished {
+        /// Step name.
+        step_name: String,
+    },
+    /// A message starts streaming.
+    #[serde(rename_all = "camelCase")]
+    TextMessageStart {
+        /// Message id.
+        message_id: String,
+        /// Always `assistant` for now.
+        role: String,
+    },
+    /// A piece of a streaming message.
+    #[serde(rename_all = "camelCase")]
+    TextMessageContent {
+        /// Message id.
+        message_id: String,
+        /// The text to append.
+        delta: String,
+    },
+    /// A message finished streaming.
+    #[serde(rename_all = "camelCase")]
+    TextMessageEnd {
+        /// Message id.
+        message_id: String,
+    },
+    /// A tool call starts.
+    #[serde(rename_all = "camelCase")]
+    ToolCallStart {
+        /// Tool call id.
+        tool_call_id: String,
+        /// Tool name.
+        tool_call_name: String,
+        /// The assistant message the call belongs to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_message_id: Option<String>,
+    },
+    /// A piece of the tool call's JSON arguments.
+    #[serde(rename_all = "camelCase")]
+    ToolCallArgs {
+        /// Tool call id.
+        tool_call_id: String,
+        /// The JSON text to append.
+        delta: String,
+    },
+    /// The tool call's arguments are complete.
+    #[serde(rename_all = "camelCase")]
+    ToolCallEnd {
+        /// Tool call id.
+        tool_call_id: String,
+    },
+    /// A tool's result.
+    #[serde(rename_all = "camelCase")]
+    ToolCallResult {
+        /// Id of the tool message carrying the result.
+        message_id: String,
+        /// Tool call id.
+        tool_call_id: String,
+        /// The result.
+        content: String,
+    },
+    /// The whole agent state.
+    #[serde(rename_all = "camelCase")]
+    StateSnapshot {
+        /// The state.
+        snapshot: Value,
+    },
+    /// A JSON Patch on the agent state.
+    #[serde(rename_all = "camelCase")]
+    StateDelta {
+        /// RFC 6902 operations.
+        delta: Vec<Value>,
+    },
+    /// An application-defined event.
+    #[serde(rename_all = "camelCase")]
+    Custom {
+        /// Event name.
+        name: String,
+        /// Event value.
+        value: Value,
+    },
+}
+
+impl Event {
+    /// Whether this event ends the run: nothing may follow it.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Event::RunFinished { .. } | Event::RunError { .. })
+    }
+}
+
+/// Extra fields some producers attach to events; kept for forward compatibility.
+pub type EventExtra = Map<String, Value>;

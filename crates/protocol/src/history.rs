@@ -1,0 +1,98 @@
+//! `HistorySnapshotResponse` of `agent-run-input-protocol.md`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The only scope a day snapshot has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HistoryScope {
+    /// `"history_day"`.
+    #[serde(rename = "history_day")]
+    HistoryDay,
+}
+
+/// The answer of `GET /api/v1/agent/history`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistorySnapshotResponse {
+    /// Always `history_day`.
+    pub scope: HistoryScope,
+    /// The thread shown, `null` when the caller has none.
+    pub thread_id: Option<String>,
+    /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
+    pub day: Option<String>,
+    /// Whether earlier days have messages.
+    pub has_more: bool,
+    /// That day's messages in `seq` order.
+    pub messages: Vec<HistoryMessage>,
+}
+
+/// One message of a day snapshot, tagged by `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum HistoryMessage {
+    /// A user message.
+    User(HistoryUserMessage),
+    /// A tool result.
+    Tool(HistoryAgentMessage),
+    /// An assistant message.
+    Assistant(HistoryAgentMessage),
+}
+
+/// `role = "user"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryUserMessage {
+    /// Message id.
+    pub id: String,
+    /// Position in the thread.
+    pub seq: i64,
+    /// The text.
+    pub content: String,
+    /// A freshly signed URL of the attachment, `null` when none.
+    pub url: Option<String>,
+    /// ISO-8601.
+    pub timestamp: String,
+}
+
+/// `role = "assistant"` or `role = "tool"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryAgentMessage {
+    /// Message id.
+    pub id: String,
+    /// Position in the thread.
+    pub seq: i64,
+    /// The text.
+    pub content: String,
+    /// Compiled `UiSchemaRenderer`, `null` when the agent gave no UI hints.
+    pub ui_schema: Option<Value>,
+    /// ISO-8601.
+    pub timestamp: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_example_round_trips_field_for_field() {
+        let seed = serde_json::json!({
+            "scope": "history_day",
+            "threadId": "550e8400-e29b-41d4-a716-446655440000",
+            "day": "2026-03-15",
+            "hasMore": true,
+            "messages": [
+                {"id": "msg-001", "seq": 1, "role": "user", "content": "帮我创建一个日程",
+                 "url": null, "timestamp": "2026-03-15T10:00:00Z"},
+                {"id": "msg-002", "seq": 2, "role": "assistant", "content": "好的,我来帮您创建日程。",
+                 "uiSchema": {"version": "2.0", "locale": "zh-CN", "status": "success", "theme": "default",
+                   "root": {"type": "stack", "appearance": "card", "children": [
+                     {"type": "text", "content": "日程已创建", "role": "title"}]}},
+                 "timestamp": "2026-03-15T10:00:05Z"}
+            ]
+        });
+        let parsed: Result<HistorySnapshotResponse, _> = serde_json::from_value(seed.clone());
+        let back = parsed.map(|p| serde_json::to_value(p).unwrap_or_default());
+        assert_eq!(back.ok(), Some(seed));
+    }
+}

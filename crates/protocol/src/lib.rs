@@ -1,0 +1,16 @@
+//! Wire contracts shared by every Switchboard service.
+//!
+//! Everything here is plain data and pure functions: serde types for the seed documents, the
+//! AG-UI events the worker publishes, the NATS names every service agrees on, the one JSON error
+//! envelope and the validation rules of `RunAgentInput`. No runtime (tokio, axum, sqlx) is
+//! allowed in this crate, so any service, tool or fuzz target can depend on it cheaply.
+
+pub mod agui;
+pub mod error;
+pub mod history;
+pub mod messaging;
+pub mod run_input;
+pub mod validate;
+
+pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
+pub use run_input::{RunAgentInput, TaskAcceptedResponse};

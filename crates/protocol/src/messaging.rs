@@ -1,0 +1,168 @@
+//! NATS names and the messages that travel on them.
+//!
+//! Every stream, subject and consumer is named here; services never spell one as a literal.
+//! A deployment (or a test) picks a prefix, so several can share one NATS server.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::agui::Event;
+use crate::run_input::RunAgentInput;
+
+/// Header carrying the JetStream de-duplication id.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+/// Header carrying the W3C trace context.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// Durable consumer of accepted runs used by the worker.
+pub const WORKER_CONSUMER: &str = "worker";
+/// Durable consumer of accepted runs used by history (persists the user message).
+pub const HISTORY_RUNS_CONSUMER: &str = "history-runs";
+/// Durable consumer of run events used by history (persists the agent's messages).
+pub const HISTORY_EVENTS_CONSUMER: &str = "history-events";
+
+/// The names of one deployment's streams and subjects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    prefix: String,
+}
+
+/// A prefix that cannot be used in NATS subjects and stream names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidPrefix(pub String);
+
+impl std::fmt::Display for InvalidPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "NATS prefix {:?} must be 1-32 characters of A-Z, a-z, 0-9, '_' or '-'",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidPrefix {}
+
+impl Names {
+    /// Names under `prefix`, which must be a single safe subject token.
+    pub fn new(prefix: &str) -> Result<Self, InvalidPrefix> {
+        let valid = !prefix.is_empty()
+            && prefix.len() <= 32
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if valid {
+            Ok(Self {
+                prefix: prefix.to_owned(),
+            })
+        } else {
+            Err(InvalidPrefix(prefix.to_owned()))
+        }
+    }
+
+    /// The prefix itself.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Stream of accepted runs (one message per task).
+    pub fn runs_stream(&self) -> String {
+        format!("{}_RUNS", self.prefix.to_ascii_uppercase().replace('-', "_"))
+    }
+
+    /// Subjects captured by [`Self::runs_stream`].
+    pub fn runs_subjects(&self) -> String {
+        format!("{}.runs.accepted.>", self.prefix)
+    }
+
+    /// Subject of one accepted task.
+    pub fn run_accepted_subject(&self, task_id: Uuid) -> String {
+        format!("{}.runs.accepted.{task_id}", self.prefix)
+    }
+
+    /// Stream of run events (every event of every run, in per-run order).
+    pub fn run_events_stream(&self) -> String {
+        format!("{}_RUN_EVENTS", self.prefix.to_ascii_uppercase().replace('-', "_"))
+    }
+
+    /// Subjects captured by [`Self::run_events_stream`].
+    pub fn run_events_subjects(&self) -> String {
+        format!("{}.runs.events.>", self.prefix)
+    }
+
+    /// Subject of one task's events.
+    pub fn run_event_subject(&self, task_id: Uuid) -> String {
+        format!("{}.runs.events.{task_id}", self.prefix)
+    }
+}
+
+/// An accepted run, as published on [`Names::run_accepted_subject`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum RunTask {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1(RunTaskV1),
+}
+
+/// Version 1 of [`RunTask`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunTaskV1 {
+    /// Server-assigned task id.
+    pub task_id: Uuid,
+    /// The caller's `sub`.
+    pub owner: String,
+    /// When the run was accepted.
+    pub accepted_at: DateTime<Utc>,
+    /// The validated input.
+    pub input: RunAgentInput,
+}
+
+/// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum RunEventMessage {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1(RunEventV1),
+}
+
+/// Version 1 of [`RunEventMessage`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEventV1 {
+    /// Task id.
+    pub task_id: Uuid,
+    /// The run's owner.
+    pub owner: String,
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// Position of this event in the run, from 1, without gaps.
+    pub seq: u64,
+    /// When the worker emitted it.
+    pub emitted_at: DateTime<Utc>,
+    /// The AG-UI event.
+    pub event: Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_with_a_dot_or_wildcard_is_refused() {
+        assert!(Names::new("a.b").is_err());
+        assert!(Names::new("a*").is_err());
+        assert!(Names::new("").is_err());
+        assert!(Names::new("t-01_x").is_ok());
+    }
+
+    #[test]
+    fn stream_names_are_derived_from_the_prefix() {
+        let names = Names::new("t-1").unwrap_or_else(|_| unreachable!());
+        assert_eq!(names.runs_stream(), "T_1_RUNS");
+        assert_eq!(names.run_events_subjects(), "t-1.runs.events.>");
+    }
+}

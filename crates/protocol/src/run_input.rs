@@ -1,0 +1,328 @@
+//! `RunAgentInput` and `TaskAcceptedResponse` of `agent-run-input-protocol.md`.
+//!
+//! Every struct keeps unknown fields in `extra` so a message survives the round trip through
+//! JetStream and PostgreSQL unchanged; absent optional fields are omitted on output, never `null`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The body of `POST /api/v1/agent/runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAgentInput {
+    /// Conversation id; a UUID on `/api/v1/agent/runs`.
+    pub thread_id: String,
+    /// Client-chosen run id, at most 128 characters.
+    pub run_id: String,
+    /// The run this one continues, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    /// Opaque agent state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+    /// The conversation turn: exactly one user message, first.
+    pub messages: Vec<Message>,
+    /// Client tools the agent may call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    /// Extra context for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Vec<Context>>,
+    /// Opaque properties forwarded to the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded_props: Option<Value>,
+    /// Fields this version does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One message of the conversation, tagged by `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// `role: "user"`.
+    User(UserMessage),
+    /// `role: "assistant"`.
+    Assistant(AssistantMessage),
+    /// `role: "system"`.
+    System(TextMessage),
+    /// `role: "developer"`.
+    Developer(TextMessage),
+    /// `role: "tool"`.
+    Tool(ToolMessage),
+    /// `role: "reasoning"`.
+    Reasoning(OtherMessage),
+    /// `role: "activity"`.
+    Activity(OtherMessage),
+}
+
+impl Message {
+    /// The message id, whatever its role.
+    pub fn id(&self) -> &str {
+        match self {
+            Message::User(m) => &m.id,
+            Message::Assistant(m) => &m.id,
+            Message::System(m) | Message::Developer(m) => &m.id,
+            Message::Tool(m) => &m.id,
+            Message::Reasoning(m) | Message::Activity(m) => &m.id,
+        }
+    }
+
+    /// The role as it appears on the wire.
+    pub fn role(&self) -> &'static str {
+        match self {
+            Message::User(_) => "user",
+            Message::Assistant(_) => "assistant",
+            Message::System(_) => "system",
+            Message::Developer(_) => "developer",
+            Message::Tool(_) => "tool",
+            Message::Reasoning(_) => "reasoning",
+            Message::Activity(_) => "activity",
+        }
+    }
+}
+
+/// A user message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserMessage {
+    /// Message id.
+    pub id: String,
+    /// Plain text or content blocks.
+    pub content: UserContent,
+    /// Optional author name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Opaque encrypted payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_value: Option<String>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// User content: a string or a list of blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum UserContent {
+    /// Plain text.
+    Text(String),
+    /// Multimodal blocks.
+    Blocks(Vec<ContentBlock>),
+}
+
+impl UserContent {
+    /// The text of the message: the string, or its text blocks joined with newlines.
+    pub fn text(&self) -> String {
+        match self {
+            UserContent::Text(text) => text.clone(),
+            UserContent::Blocks(blocks) => blocks
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::Text(t) => Some(t.text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+/// One block of user content, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ContentBlock {
+    /// `type: "text"`.
+    Text(TextBlock),
+    /// `type: "binary"`: the seed's attachment block.
+    Binary(BinaryBlock),
+    /// `type: "image"`: AG-UI 1.0's image part.
+    Image(SourcePart),
+    /// `type: "document"`: AG-UI 1.0's document part.
+    Document(SourcePart),
+}
+
+/// A text block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextBlock {
+    /// The text.
+    pub text: String,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The seed's `binary` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BinaryBlock {
+    /// MIME type; must be `image/*`.
+    pub mime_type: String,
+    /// Optional block id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Signed URL of the uploaded file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Inline data; refused by validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// Original file name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// AG-UI 1.0 `image` / `document` part with a `source`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourcePart {
+    /// Where the bytes are: `{"type": "url", "value": ..., "mimeType"?}` or inline data.
+    pub source: Value,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// An assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssistantMessage {
+    /// Message id.
+    pub id: String,
+    /// Text, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Optional author name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Tool calls the assistant made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// Opaque encrypted payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_value: Option<String>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A tool call inside an assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// Tool call id.
+    pub id: String,
+    /// Always `"function"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function called.
+    pub function: FunctionCall,
+    /// Opaque encrypted payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_value: Option<String>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Function name and JSON-encoded arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    /// Function name.
+    pub name: String,
+    /// Arguments as a JSON string.
+    pub arguments: String,
+}
+
+/// A system or developer message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextMessage {
+    /// Message id.
+    pub id: String,
+    /// Text.
+    pub content: String,
+    /// Optional author name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Opaque encrypted payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_value: Option<String>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A tool result message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolMessage {
+    /// Message id.
+    pub id: String,
+    /// Tool output.
+    pub content: String,
+    /// The tool call this answers.
+    pub tool_call_id: String,
+    /// Error text when the tool failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Opaque encrypted payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_value: Option<String>,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A reasoning or activity message: an id plus whatever the client sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OtherMessage {
+    /// Message id.
+    pub id: String,
+    /// Every other field, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A client tool the agent may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    /// Tool name.
+    pub name: String,
+    /// What the tool does.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A piece of context for the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    /// What this context is.
+    pub description: String,
+    /// The context itself.
+    pub value: String,
+    /// Unknown fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The 202 answer of `POST /api/v1/agent/runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskAcceptedResponse {
+    /// Server-assigned task id (UUIDv7).
+    pub task_id: String,
+    /// Echo of the request's thread id.
+    pub thread_id: String,
+    /// Echo of the request's run id.
+    pub run_id: String,
+    /// When the task was accepted, ISO-8601.
+    pub created: DateTime<Utc>,
+}

@@ -1,0 +1,269 @@
+//! Parsing and validation of `RunAgentInput`, as pure functions.
+//!
+//! Limits and messages are those of `agent-run-input-protocol.md`, verbatim. Characters are
+//! counted as Unicode scalar values (what `str::chars` yields), so "你好" is two characters and
+//! an emoji made of one code point is one.
+
+use serde_json::Value;
+
+use crate::run_input::{ContentBlock, Message, RunAgentInput, UserContent};
+
+/// Largest accepted body of `POST /api/v1/agent/runs`, counted on the raw bytes.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// Longest accepted `runId`, in characters.
+pub const MAX_RUN_ID_CHARS: usize = 128;
+/// Most messages accepted in one run.
+pub const MAX_MESSAGES: usize = 200;
+/// Longest accepted user text, in characters.
+pub const MAX_USER_TEXT_CHARS: usize = 10_000;
+
+/// The seed's error strings, verbatim.
+pub mod messages {
+    /// Body larger than [`super::MAX_PAYLOAD_BYTES`].
+    pub const PAYLOAD_TOO_LARGE: &str = "RunAgentInput payload exceeds size limit";
+    /// `threadId` is not a UUID.
+    pub const THREAD_ID_UUID: &str = "threadId must be a valid UUID";
+    /// `runId` longer than [`super::MAX_RUN_ID_CHARS`].
+    pub const RUN_ID_LENGTH: &str = "runId exceeds length limit";
+    /// More than [`super::MAX_MESSAGES`] messages.
+    pub const MESSAGES_LIMIT: &str = "RunAgentInput.messages exceeds limit";
+    /// User text longer than [`super::MAX_USER_TEXT_CHARS`].
+    pub const USER_TEXT_LIMIT: &str = "RunAgentInput user message text exceeds limit";
+    /// Not exactly one user message.
+    pub const EXACTLY_ONE_USER: &str = "RunAgentInput.messages must contain exactly one user message";
+    /// The user message is not the first one.
+    pub const FIRST_IS_USER: &str = "RunAgentInput.messages[0].role must be user";
+    /// A binary block whose MIME type is not `image/*`.
+    pub const BINARY_IMAGE_MIME: &str = "binary content requires image mimeType";
+    /// A binary block without a URL.
+    pub const BINARY_URL: &str = "binary content requires url";
+    /// A binary block carrying inline data.
+    pub const BINARY_DATA: &str = "binary content data is not allowed";
+}
+
+/// A broken rule: the seed's message and the offending field as a JSON pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which rule, by kind.
+    pub kind: ViolationKind,
+    /// The offending field as a JSON pointer (`""` for the whole body).
+    pub field: String,
+    /// Safe, precise message.
+    pub message: String,
+}
+
+/// The kind of a [`Violation`], so the HTTP layer can pick a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// The body is larger than [`MAX_PAYLOAD_BYTES`].
+    TooLarge,
+    /// The body is not JSON, or not the right shape.
+    Malformed,
+    /// The body is well-formed but breaks a rule of the seed.
+    Rule,
+}
+
+impl Violation {
+    fn rule(field: impl Into<String>, message: &str) -> Self {
+        Self {
+            kind: ViolationKind::Rule,
+            field: field.into(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// Parses a raw body into a [`RunAgentInput`] and checks every rule of the seed.
+pub fn parse_run_input(body: &[u8]) -> Result<RunAgentInput, Violation> {
+    if body.len() > MAX_PAYLOAD_BYTES {
+        return Err(Violation {
+            kind: ViolationKind::TooLarge,
+            field: String::new(),
+            message: messages::PAYLOAD_TOO_LARGE.to_owned(),
+        });
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let input: RunAgentInput =
+        serde_path_to_error::deserialize(&mut deserializer).map_err(|err| Violation {
+            kind: ViolationKind::Malformed,
+            field: json_pointer(err.path()),
+            message: format!("RunAgentInput is malformed: {}", err.inner()),
+        })?;
+    deserializer.end().map_err(|err| Violation {
+        kind: ViolationKind::Malformed,
+        field: String::new(),
+        message: format!("RunAgentInput is malformed: {err}"),
+    })?;
+    validate_run_input(&input)?;
+    Ok(input)
+}
+
+/// Checks the rules of the seed on an already parsed input, in the seed's order.
+pub fn validate_run_input(input: &RunAgentInput) -> Result<(), Violation> {
+    if !is_uuid(&input.thread_id) {
+        return Err(Violation::rule("/threadId", messages::THREAD_ID_UUID));
+    }
+    if input.run_id.chars().count() > MAX_RUN_ID_CHARS {
+        return Err(Violation::rule("/runId", messages::RUN_ID_LENGTH));
+    }
+    if input.messages.len() > MAX_MESSAGES {
+        return Err(Violation::rule("/messages", messages::MESSAGES_LIMIT));
+    }
+    let users = input
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::User(_)))
+        .count();
+    if users != 1 {
+        return Err(Violation::rule("/messages", messages::EXACTLY_ONE_USER));
+    }
+    let Some(Message::User(user)) = input.messages.first() else {
+        return Err(Violation::rule("/messages/0/role", messages::FIRST_IS_USER));
+    };
+    if user.content.text().chars().count() > MAX_USER_TEXT_CHARS {
+        return Err(Violation::rule("/messages/0/content", messages::USER_TEXT_LIMIT));
+    }
+    if let UserContent::Blocks(blocks) = &user.content {
+        for (index, block) in blocks.iter().enumerate() {
+            validate_block(block, &format!("/messages/0/content/{index}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn validate_block(block: &ContentBlock, at: &str) -> Result<(), Violation> {
+    match block {
+        ContentBlock::Text(_) => Ok(()),
+        ContentBlock::Binary(binary) => {
+            if !binary.mime_type.starts_with("image/") {
+                return Err(Violation::rule(format!("{at}/mimeType"), messages::BINARY_IMAGE_MIME));
+            }
+            if binary.data.is_some() {
+                return Err(Violation::rule(format!("{at}/data"), messages::BINARY_DATA));
+            }
+            if binary.url.as_deref().is_none_or(str::is_empty) {
+                return Err(Violation::rule(format!("{at}/url"), messages::BINARY_URL));
+            }
+            Ok(())
+        }
+        ContentBlock::Image(part) | ContentBlock::Document(part) => {
+            let kind = part.source.get("type").and_then(Value::as_str);
+            let value = part.source.get("value").and_then(Value::as_str);
+            match (kind, value) {
+                (Some("url"), Some(url)) if !url.is_empty() => Ok(()),
+                (Some("data"), _) => Err(Violation::rule(format!("{at}/source"), messages::BINARY_DATA)),
+                _ => Err(Violation::rule(format!("{at}/source"), messages::BINARY_URL)),
+            }
+        }
+    }
+}
+
+/// A UUID in its canonical hyphenated form (any case).
+fn is_uuid(value: &str) -> bool {
+    value.len() == 36 && uuid::Uuid::try_parse(value).is_ok()
+}
+
+fn json_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut pointer = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                pointer.push('/');
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    pointer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body(value: &Value) -> Vec<u8> {
+        serde_json::to_vec(value).unwrap_or_default()
+    }
+
+    fn valid() -> Value {
+        json!({
+            "threadId": "550e8400-e29b-41d4-a716-446655440000",
+            "runId": "run-001",
+            "messages": [{"id": "msg-001", "role": "user", "content": "hi"}]
+        })
+    }
+
+    fn violation(value: &Value) -> Violation {
+        match parse_run_input(&body(value)) {
+            Ok(_) => Violation::rule("", "unexpectedly valid"),
+            Err(v) => v,
+        }
+    }
+
+    #[test]
+    fn a_minimal_text_run_is_valid() {
+        assert!(parse_run_input(&body(&valid())).is_ok());
+    }
+
+    #[test]
+    fn a_thread_id_that_is_not_a_uuid_is_refused_with_the_seed_message() {
+        let mut input = valid();
+        input["threadId"] = json!("thread-123");
+        assert_eq!(violation(&input), Violation::rule("/threadId", messages::THREAD_ID_UUID));
+    }
+
+    #[test]
+    fn a_run_id_of_129_characters_is_refused_and_128_accepted() {
+        let mut input = valid();
+        input["runId"] = json!("é".repeat(128));
+        assert!(parse_run_input(&body(&input)).is_ok());
+        input["runId"] = json!("é".repeat(129));
+        assert_eq!(violation(&input), Violation::rule("/runId", messages::RUN_ID_LENGTH));
+    }
+
+    #[test]
+    fn a_second_user_message_is_refused() {
+        let mut input = valid();
+        input["messages"]
+            .as_array_mut()
+            .map(|m| m.push(json!({"id": "m2", "role": "user", "content": "again"})));
+        assert_eq!(violation(&input), Violation::rule("/messages", messages::EXACTLY_ONE_USER));
+    }
+
+    #[test]
+    fn a_user_message_that_is_not_first_is_refused() {
+        let mut input = valid();
+        input["messages"] = json!([
+            {"id": "s", "role": "system", "content": "be nice"},
+            {"id": "u", "role": "user", "content": "hi"}
+        ]);
+        assert_eq!(violation(&input), Violation::rule("/messages/0/role", messages::FIRST_IS_USER));
+    }
+
+    #[test]
+    fn a_body_over_256_kib_is_refused_before_parsing() {
+        let oversized = vec![b' '; MAX_PAYLOAD_BYTES + 1];
+        let err = parse_run_input(&oversized).err();
+        assert_eq!(err.map(|v| v.kind), Some(ViolationKind::TooLarge));
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_field_as_a_json_pointer() {
+        let mut input = valid();
+        input["runId"] = json!(5);
+        let v = violation(&input);
+        assert_eq!((v.kind, v.field.as_str()), (ViolationKind::Malformed, "/runId"));
+    }
+
+    #[test]
+    fn unknown_fields_survive_a_round_trip_and_absent_options_stay_absent() {
+        let mut input = valid();
+        input["x-custom"] = json!({"keep": true});
+        let parsed = parse_run_input(&body(&input)).ok();
+        let back = parsed.map(|p| serde_json::to_value(p).unwrap_or_default());
+        assert_eq!(back, Some(input));
+    }
+}
