@@ -1,1 +1,323 @@
+//! The system-test harness: the four services, in-process or as their compiled binaries,
+//! against the real infrastructure, each test isolated by its own database, prefix and bucket.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+use test_support::Infra;
+use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for something that happens asynchronously (a run reaching history).
+pub const EVENTUAL: Duration = Duration::from_secs(20);
+
+/// Base URLs of a running platform.
+#[derive(Debug, Clone)]
+pub struct Urls {
+    /// attachments.
+    pub attachments: String,
+    /// runs.
+    pub runs: String,
+    /// history.
+    pub history: String,
+    /// worker (health only).
+    pub worker: String,
+}
+
+/// The four services running in this process, stopped on drop.
+pub struct TestPlatform {
+    /// Where they listen.
+    pub urls: Urls,
+    /// Infrastructure and token minting.
+    pub infra: Infra,
+    /// HTTP client.
+    pub http: reqwest::Client,
+    shutdown: CancellationToken,
+}
+
+impl Drop for TestPlatform {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn any_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+impl TestPlatform {
+    /// Builds and starts all four services on port 0.
+    pub async fn spawn() -> anyhow::Result<Self> {
+        let infra = Infra::from_env();
+        let nats = infra.fresh_nats();
+        let history_db = infra.fresh_database().await?;
+        let attachments_db = infra.fresh_database().await?;
+        let shutdown = CancellationToken::new();
+
+        let attachments = attachments::Application::build(attachments::Config {
+            addr: any_port(),
+            auth: infra.auth(),
+            database_url: attachments_db,
+            s3: infra.fresh_s3(),
+        })
+        .await?;
+        let runs = runs::Application::build(runs::Config {
+            addr: any_port(),
+            auth: infra.auth(),
+            nats: nats.clone(),
+        })
+        .await?;
+        let history = history::Application::build(history::Config {
+            addr: any_port(),
+            auth: infra.auth(),
+            nats: nats.clone(),
+            database_url: history_db,
+        })
+        .await?;
+        let worker = worker::Application::build(worker::Config {
+            addr: any_port(),
+            nats,
+            concurrency: 4,
+        })
+        .await?;
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let urls = Urls {
+            attachments: url(attachments.port()),
+            runs: url(runs.port()),
+            history: url(history.port()),
+            worker: url(worker.port()),
+        };
+        tokio::spawn(attachments.run(shutdown.clone()));
+        tokio::spawn(runs.run(shutdown.clone()));
+        tokio::spawn(history.run(shutdown.clone()));
+        tokio::spawn(worker.run(shutdown.clone()));
+        Ok(Self {
+            urls,
+            infra,
+            http: reqwest::Client::new(),
+            shutdown,
+        })
+    }
+}
+
+/// A client of a running platform, whichever way it was started.
+pub struct Api<'a> {
+    /// Where the services listen.
+    pub urls: &'a Urls,
+    /// HTTP client.
+    pub http: &'a reqwest::Client,
+}
+
+impl Api<'_> {
+    /// `POST /api/v1/agent/runs` with `body`, as the owner of `token`.
+    pub async fn post_run(&self, token: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let response = self
+            .http
+            .post(format!("{}/api/v1/agent/runs", self.urls.runs))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// `GET /api/v1/agent/history` with the query `query`, as the owner of `token`.
+    pub async fn history(&self, token: &str, query: &[(&str, &str)]) -> anyhow::Result<(u16, Value)> {
+        let response = self
+            .http
+            .get(format!("{}/api/v1/agent/history", self.urls.history))
+            .bearer_auth(token)
+            .query(query)
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// Polls the history of `thread_id` until it holds at least `count` messages and its last
+    /// message is complete (`done` says when), or fails after [`EVENTUAL`].
+    pub async fn wait_for_history(
+        &self,
+        token: &str,
+        thread_id: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + EVENTUAL;
+        let mut last = Value::Null;
+        while tokio::time::Instant::now() < deadline {
+            let (status, body) = self.history(token, &[("threadId", thread_id)]).await?;
+            if status == 200 && done(&body) {
+                return Ok(body);
+            }
+            last = body;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("history of {thread_id} never reached the expected state; last answer: {last}")
+    }
+}
+
+impl TestPlatform {
+    /// A client for this platform.
+    pub fn api(&self) -> Api<'_> {
+        Api {
+            urls: &self.urls,
+            http: &self.http,
+        }
+    }
+}
+
+/// A minimal valid run: one user text message on a new thread.
+pub fn text_run(thread_id: &str, run_id: &str, text: &str) -> Value {
+    json!({
+        "threadId": thread_id,
+        "runId": run_id,
+        "state": {},
+        "messages": [{"id": format!("{run_id}-user"), "role": "user", "content": text}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {}
+    })
+}
+
+/// The four services as separate processes, started from the compiled binaries.
+pub struct ProcessPlatform {
+    /// Where they listen.
+    pub urls: Urls,
+    /// Infrastructure and token minting.
+    pub infra: Infra,
+    /// HTTP client.
+    pub http: reqwest::Client,
+    children: Vec<(String, Child)>,
+}
+
+/// Where `cargo build` put the workspace's binaries: next to this test's `deps/` folder.
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .context("test binary has no target directory")?;
+    let path = dir.join(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: build the services first (`cargo build --bins`, which the test command does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl ProcessPlatform {
+    /// Starts the four binaries with their own database, prefix and bucket, and waits until
+    /// each answers `/readyz` with 200.
+    pub async fn spawn() -> anyhow::Result<Self> {
+        let infra = Infra::from_env();
+        let nats = infra.fresh_nats();
+        let s3 = infra.fresh_s3();
+        let database = infra.fresh_database().await?;
+        let common: Vec<(String, String)> = vec![
+            ("SB_NATS_URL".into(), infra.nats_url.clone()),
+            ("SB_NATS_PREFIX".into(), nats.names.prefix().to_owned()),
+            ("SB_JWT_ALG".into(), "HS256".into()),
+            ("SB_JWT_SECRET".into(), infra.jwt_secret.clone()),
+            ("SB_S3_ENDPOINT".into(), s3.endpoint.clone().unwrap_or_default()),
+            ("SB_S3_ACCESS_KEY".into(), s3.access_key.clone()),
+            ("SB_S3_SECRET_KEY".into(), s3.secret_key.expose_secret().to_owned()),
+            ("SB_S3_BUCKET".into(), s3.bucket.clone()),
+            ("SB_HISTORY_DATABASE_URL".into(), database.expose_secret().to_owned()),
+            ("SB_ATTACHMENTS_DATABASE_URL".into(), database.expose_secret().to_owned()),
+            ("RUST_LOG".into(), "warn".into()),
+        ];
+        let mut children = Vec::new();
+        let mut urls = Vec::new();
+        for service in ["attachments", "runs", "history", "worker"] {
+            let port = free_port()?;
+            let addr_var = format!("SB_{}_ADDR", service.to_uppercase());
+            let child = Command::new(binary(&format!("switchboard-{service}"))?)
+                .env_clear()
+                .envs(common.iter().cloned())
+                .env(addr_var, format!("127.0.0.1:{port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("cannot start {service}"))?;
+            children.push((service.to_owned(), child));
+            urls.push(format!("http://127.0.0.1:{port}"));
+        }
+        let platform = Self {
+            urls: Urls {
+                attachments: urls[0].clone(),
+                runs: urls[1].clone(),
+                history: urls[2].clone(),
+                worker: urls[3].clone(),
+            },
+            infra,
+            http: reqwest::Client::new(),
+            children,
+        };
+        for url in [
+            &platform.urls.attachments,
+            &platform.urls.runs,
+            &platform.urls.history,
+            &platform.urls.worker,
+        ] {
+            platform.wait_ready(url).await?;
+        }
+        Ok(platform)
+    }
+
+    async fn wait_ready(&self, base: &str) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + EVENTUAL;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(response) = self.http.get(format!("{base}/readyz")).send().await {
+                if response.status().is_success() {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("{base} never became ready")
+    }
+
+    /// A client for this platform.
+    pub fn api(&self) -> Api<'_> {
+        Api {
+            urls: &self.urls,
+            http: &self.http,
+        }
+    }
+
+    /// Sends SIGTERM to every service and returns each one's exit status.
+    pub fn terminate(&mut self) -> anyhow::Result<Vec<(String, Option<i32>)>> {
+        for (_, child) in &self.children {
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()?;
+        }
+        let mut statuses = Vec::new();
+        for (name, child) in &mut self.children {
+            statuses.push((name.clone(), child.wait()?.code()));
+        }
+        self.children.clear();
+        Ok(statuses)
+    }
+}
+
+impl Drop for ProcessPlatform {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,1 +1,100 @@
-//! x
+//! The attachments service: owns the file records (its own schema) and the S3 bucket.
+//!
+//! This first version brings up its dependencies and health; the upload, download, delete and
+//! NATS request/reply endpoints arrive with their own issue (TODO(#4)).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::extract::FromRef;
+use platform::auth::{AuthConfig, Authenticator};
+use platform::config::{ConfigError, Env};
+use platform::s3::S3Config;
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The schema attachments owns.
+pub const SCHEMA: &str = "attachments";
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/attachments");
+
+/// Settings of the attachments service.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listen address (`SB_ATTACHMENTS_ADDR`, default `127.0.0.1:8081`).
+    pub addr: SocketAddr,
+    /// Bearer-token verification.
+    pub auth: AuthConfig,
+    /// PostgreSQL URL (`SB_ATTACHMENTS_DATABASE_URL`).
+    pub database_url: SecretString,
+    /// Object storage.
+    pub s3: S3Config,
+}
+
+impl Config {
+    /// Reads the settings from the environment.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            addr: env.or("SB_ATTACHMENTS_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)))?,
+            auth: env.auth()?,
+            database_url: env.secret("SB_ATTACHMENTS_DATABASE_URL")?,
+            s3: S3Config::from_env(env)?,
+        })
+    }
+}
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) auth: Arc<Authenticator>,
+    #[expect(dead_code, reason = "read by the upload endpoints of TODO(#4)")]
+    pub(crate) pool: PgPool,
+}
+
+impl FromRef<AppState> for Arc<Authenticator> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.auth)
+    }
+}
+
+/// The built service, bound and ready to run.
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+}
+
+impl Application {
+    /// Migrates the schema, makes sure the bucket exists, binds the listener.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let auth = Arc::new(Authenticator::new(&config.auth)?);
+        let pool = platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+        let s3 = platform::s3::client(&config.s3);
+        platform::s3::ensure_bucket(&s3, &config.s3.bucket).await?;
+        let probes = vec![
+            ("postgres", platform::db::probe(pool.clone())),
+            ("s3", platform::s3::probe(s3, config.s3.bucket.clone())),
+        ];
+        let state = AppState { auth, pool };
+        let router = axum::Router::new()
+            .with_state(state)
+            .merge(platform::http::health_routes(probes));
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        Ok(Self { listener, router })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// Serves until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        platform::http::serve(self.listener, self.router, shutdown)
+            .await
+            .context("attachments HTTP server failed")
+    }
+}

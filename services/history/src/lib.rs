@@ -1,1 +1,100 @@
-//! x
+//! The history service: JetStream consumers persist every message of every run into
+//! PostgreSQL (history's own schema), and `GET /api/v1/agent/history` serves day snapshots.
+
+mod ingest;
+mod routes;
+mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::extract::FromRef;
+use platform::auth::{AuthConfig, Authenticator};
+use platform::config::{ConfigError, Env};
+use platform::nats::NatsConfig;
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The schema history owns.
+pub const SCHEMA: &str = "history";
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/history");
+
+/// Settings of the history service.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listen address (`SB_HISTORY_ADDR`, default `127.0.0.1:8083`).
+    pub addr: SocketAddr,
+    /// Bearer-token verification.
+    pub auth: AuthConfig,
+    /// NATS connection and names.
+    pub nats: NatsConfig,
+    /// PostgreSQL URL (`SB_HISTORY_DATABASE_URL`).
+    pub database_url: SecretString,
+}
+
+impl Config {
+    /// Reads the settings from the environment.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            addr: env.or("SB_HISTORY_ADDR", SocketAddr::from(([127, 0, 0, 1], 8083)))?,
+            auth: env.auth()?,
+            nats: env.nats()?,
+            database_url: env.secret("SB_HISTORY_DATABASE_URL")?,
+        })
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) pool: PgPool,
+}
+
+impl FromRef<AppState> for Arc<Authenticator> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.auth)
+    }
+}
+
+/// The built service: HTTP listener plus the two consumers.
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    ingest: ingest::Ingest,
+}
+
+impl Application {
+    /// Migrates the schema, connects to NATS, creates the durable consumers, binds the listener.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let auth = Arc::new(Authenticator::new(&config.auth)?);
+        let pool = platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+        let (_client, js) = platform::nats::connect(&config.nats, "history").await?;
+        platform::nats::ensure_streams(&js, &config.nats.names).await?;
+        let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
+        let probes = vec![
+            ("postgres", platform::db::probe(pool.clone())),
+            ("nats", platform::nats::probe(js)),
+        ];
+        let router = routes::router(AppState { auth, pool }).merge(platform::http::health_routes(probes));
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        Ok(Self { listener, router, ingest })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// Serves and consumes until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let http = platform::http::serve(self.listener, self.router, shutdown.clone());
+        let (http, ingested) = tokio::join!(http, self.ingest.run(shutdown));
+        http.context("history HTTP server failed")?;
+        ingested
+    }
+}

@@ -1,1 +1,84 @@
-//! x
+//! The worker: a durable pull consumer of accepted runs that drives an agent backend and
+//! publishes every event of the run, in order, to the run's event subject.
+
+pub mod agent;
+mod consumer;
+mod sink;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use platform::config::{ConfigError, Env};
+use platform::nats::NatsConfig;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Settings of the worker.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Health endpoint address (`SB_WORKER_ADDR`, default `127.0.0.1:8084`).
+    pub addr: SocketAddr,
+    /// NATS connection and names.
+    pub nats: NatsConfig,
+    /// Runs processed at once by this replica (`SB_WORKER_CONCURRENCY`, default 16).
+    pub concurrency: usize,
+}
+
+impl Config {
+    /// Reads the settings from the environment.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let concurrency: usize = env.or("SB_WORKER_CONCURRENCY", 16)?;
+        if concurrency == 0 {
+            return Err(ConfigError::Invalid {
+                name: "SB_WORKER_CONCURRENCY".to_owned(),
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        Ok(Self {
+            addr: env.or("SB_WORKER_ADDR", SocketAddr::from(([127, 0, 0, 1], 8084)))?,
+            nats: env.nats()?,
+            concurrency,
+        })
+    }
+}
+
+/// The built worker, consuming once run.
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    consumer: consumer::RunConsumer,
+}
+
+impl Application {
+    /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_with_agent(config, Arc::new(agent::EchoAgent)).await
+    }
+
+    /// Like [`Application::build`], with another agent backend.
+    pub async fn build_with_agent(config: Config, agent: Arc<dyn agent::Agent>) -> anyhow::Result<Self> {
+        let (_client, js) = platform::nats::connect(&config.nats, "worker").await?;
+        platform::nats::ensure_streams(&js, &config.nats.names).await?;
+        let consumer =
+            consumer::RunConsumer::new(js.clone(), config.nats.names.clone(), agent, config.concurrency).await?;
+        let router = platform::http::health_routes(vec![("nats", platform::nats::probe(js))]);
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        Ok(Self { listener, router, consumer })
+    }
+
+    /// The bound health port.
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+    }
+
+    /// Consumes runs until `shutdown` is cancelled, then lets in-flight runs finish.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let http = platform::http::serve(self.listener, self.router, shutdown.clone());
+        let (http, consumed) = tokio::join!(http, self.consumer.run(shutdown));
+        http.context("worker health server failed")?;
+        consumed
+    }
+}

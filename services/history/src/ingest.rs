@@ -1,0 +1,131 @@
+//! The two durable consumers that write history: accepted runs (user messages) and run
+//! events (the agent's messages). Each acks only after its transaction commits; every handler is
+//! idempotent, so redelivery after a crash or restart writes nothing twice.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, AckKind, consumer::pull};
+use futures::StreamExt;
+use protocol::messaging::{
+    HISTORY_EVENTS_CONSUMER, HISTORY_RUNS_CONSUMER, Names, RunEventMessage, RunTask,
+};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{self, Applied};
+
+/// Delay before a message whose prerequisite is not written yet comes back.
+const NOT_YET_DELAY: Duration = Duration::from_millis(100);
+/// Delay before a message that failed on a database error comes back.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+type PullConsumer = jetstream::consumer::Consumer<pull::Config>;
+
+pub(crate) struct Ingest {
+    runs: PullConsumer,
+    events: PullConsumer,
+    pool: PgPool,
+}
+
+async fn durable(js: &jetstream::Context, stream: String, name: &str) -> anyhow::Result<PullConsumer> {
+    js.get_stream(&stream)
+        .await
+        .with_context(|| format!("stream {stream} missing"))?
+        .get_or_create_consumer(
+            name,
+            pull::Config {
+                durable_name: Some(name.to_owned()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(30),
+                ..Default::default()
+            },
+        )
+        .await
+        .with_context(|| format!("cannot create consumer {name}"))
+}
+
+impl Ingest {
+    pub(crate) async fn new(js: &jetstream::Context, names: &Names, pool: PgPool) -> anyhow::Result<Self> {
+        Ok(Self {
+            runs: durable(js, names.runs_stream(), HISTORY_RUNS_CONSUMER).await?,
+            events: durable(js, names.run_events_stream(), HISTORY_EVENTS_CONSUMER).await?,
+            pool,
+        })
+    }
+
+    pub(crate) async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let pool = &self.pool;
+        let runs = consume(&self.runs, shutdown.clone(), |payload| async move {
+            match serde_json::from_slice::<RunTask>(&payload) {
+                Ok(RunTask::V1(task)) => Handled::from(store::record_accepted_run(pool, &task).await),
+                Err(err) => Handled::Undecodable(err),
+            }
+        });
+        let events = consume(&self.events, shutdown, |payload| async move {
+            match serde_json::from_slice::<RunEventMessage>(&payload) {
+                Ok(RunEventMessage::V1(event)) => Handled::from(store::apply_event(pool, &event).await),
+                Err(err) => Handled::Undecodable(err),
+            }
+        });
+        let (runs, events) = tokio::join!(runs, events);
+        runs.and(events)
+    }
+}
+
+enum Handled {
+    Done(Applied),
+    Failed(sqlx::Error),
+    Undecodable(serde_json::Error),
+}
+
+impl From<sqlx::Result<Applied>> for Handled {
+    fn from(result: sqlx::Result<Applied>) -> Self {
+        match result {
+            Ok(applied) => Handled::Done(applied),
+            Err(err) => Handled::Failed(err),
+        }
+    }
+}
+
+/// Processes one consumer's messages in order, one at a time, until shutdown.
+async fn consume<F, Fut>(consumer: &PullConsumer, shutdown: CancellationToken, handle: F) -> anyhow::Result<()>
+where
+    F: Fn(bytes::Bytes) -> Fut,
+    Fut: std::future::Future<Output = Handled>,
+{
+    let name = consumer.cached_info().name.clone();
+    let mut messages = std::pin::pin!(
+        consumer
+            .messages()
+            .await
+            .with_context(|| format!("cannot pull from {name}"))?
+            .take_until(shutdown.cancelled_owned())
+    );
+    while let Some(message) = messages.next().await {
+        let message = match message {
+            Ok(message) => message,
+            Err(err) => {
+                tracing::warn!(consumer = %name, error = %err, "pull failed");
+                continue;
+            }
+        };
+        let ack = match handle(message.payload.clone()).await {
+            Handled::Done(Applied::Applied | Applied::Duplicate) => message.ack().await,
+            Handled::Done(Applied::NotYet) => message.ack_with(AckKind::Nak(Some(NOT_YET_DELAY))).await,
+            Handled::Failed(err) => {
+                tracing::warn!(consumer = %name, error = %err, "cannot persist, will retry");
+                message.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await
+            }
+            Handled::Undecodable(err) => {
+                tracing::error!(consumer = %name, subject = %message.subject, error = %err, "undecodable message dropped");
+                message.ack_with(AckKind::Term).await
+            }
+        };
+        if let Err(err) = ack {
+            tracing::warn!(consumer = %name, error = %err, "cannot acknowledge");
+        }
+    }
+    tracing::info!(consumer = %name, "consumer stopped");
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! HTTP routes of the history service.
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
+use platform::auth::Owner;
+use platform::http::ErrorResponse;
+use protocol::ErrorCode;
+use protocol::history::{
+    HistoryAgentMessage, HistoryMessage, HistoryScope, HistorySnapshotResponse, HistoryUserMessage,
+};
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::store;
+
+/// Longest thread id accepted in a query.
+const MAX_THREAD_ID_CHARS: usize = 128;
+
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/api/v1/agent/history", get(history))
+        .with_state(state)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HistoryQuery {
+    thread_id: Option<String>,
+    before: Option<String>,
+}
+
+fn internal(err: sqlx::Error) -> ErrorResponse {
+    ErrorResponse::internal(&anyhow::Error::new(err))
+}
+
+/// `GET /api/v1/agent/history`: the latest day with messages (before `before`, if given).
+async fn history(
+    State(state): State<AppState>,
+    owner: Owner,
+    query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<HistorySnapshotResponse>, ErrorResponse> {
+    let Query(query) = query.map_err(|err| {
+        ErrorResponse::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, err.body_text())
+    })?;
+    let before = query
+        .before
+        .as_deref()
+        .map(|raw| {
+            NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+                .ok()
+                .filter(|_| raw.len() == 10)
+                .ok_or_else(|| {
+                    ErrorResponse::with_field(
+                        StatusCode::BAD_REQUEST,
+                        ErrorCode::InvalidRequest,
+                        "before must be a date in the form YYYY-MM-DD",
+                        "before",
+                    )
+                })
+        })
+        .transpose()?;
+    let pool = &state.pool;
+    let thread_id = match query.thread_id {
+        Some(thread_id) => {
+            if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
+                return Err(ErrorResponse::with_field(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    "threadId must be 1 to 128 characters",
+                    "threadId",
+                ));
+            }
+            if !store::thread_exists(pool, owner.as_str(), &thread_id).await.map_err(internal)? {
+                return Err(ErrorResponse::not_found("thread"));
+            }
+            thread_id
+        }
+        None => match store::latest_thread(pool, owner.as_str()).await.map_err(internal)? {
+            Some(thread_id) => thread_id,
+            None => return Ok(axum::Json(empty(None))),
+        },
+    };
+    let before = before.map(|day| day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
+    let Some(latest) = store::latest_message_before(pool, owner.as_str(), &thread_id, before)
+        .await
+        .map_err(internal)?
+    else {
+        return Ok(axum::Json(empty(Some(thread_id))));
+    };
+    let day = latest.date_naive();
+    let from = day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
+    let to = from + chrono::Duration::days(1);
+    let rows = store::messages_between(pool, owner.as_str(), &thread_id, from, to)
+        .await
+        .map_err(internal)?;
+    let has_more = store::has_messages_before(pool, owner.as_str(), &thread_id, from)
+        .await
+        .map_err(internal)?;
+    Ok(axum::Json(HistorySnapshotResponse {
+        scope: HistoryScope::HistoryDay,
+        thread_id: Some(thread_id),
+        day: Some(day.format("%Y-%m-%d").to_string()),
+        has_more,
+        messages: rows.into_iter().map(to_history_message).collect(),
+    }))
+}
+
+fn empty(thread_id: Option<String>) -> HistorySnapshotResponse {
+    HistorySnapshotResponse {
+        scope: HistoryScope::HistoryDay,
+        thread_id,
+        day: None,
+        has_more: false,
+        messages: Vec::new(),
+    }
+}
+
+fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+fn to_history_message(row: store::MessageRow) -> HistoryMessage {
+    match row.role.as_str() {
+        "user" => HistoryMessage::User(HistoryUserMessage {
+            id: row.message_id,
+            seq: row.seq,
+            content: row.content,
+            url: None,
+            timestamp: timestamp(row.created_at),
+        }),
+        role => {
+            let message = HistoryAgentMessage {
+                id: row.message_id,
+                seq: row.seq,
+                content: row.content,
+                ui_schema: None,
+                timestamp: timestamp(row.created_at),
+            };
+            if role == "tool" {
+                HistoryMessage::Tool(message)
+            } else {
+                HistoryMessage::Assistant(message)
+            }
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! All SQL of the history service.
+
+use chrono::{DateTime, Utc};
+use protocol::agui::Event;
+use protocol::messaging::{RunEventV1, RunTaskV1};
+use serde_json::{Value, json};
+use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+/// What applying a message from JetStream did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// Written now.
+    Applied,
+    /// Already written before (a redelivery): nothing changed.
+    Duplicate,
+    /// Depends on something not written yet (the run's user message, an earlier event).
+    NotYet,
+}
+
+/// Persists the user message of an accepted run, once.
+pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx::Result<Applied> {
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query_scalar::<_, Uuid>(
+        "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (task_id) DO NOTHING
+         RETURNING task_id",
+    )
+    .bind(task.task_id)
+    .bind(&task.owner)
+    .bind(&task.input.thread_id)
+    .bind(&task.input.run_id)
+    .bind(task.accepted_at)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if inserted.is_none() {
+        return Ok(Applied::Duplicate);
+    }
+    let Some(protocol::run_input::Message::User(user)) = task.input.messages.first() else {
+        // Validation guarantees a first user message; a task without one has nothing to keep.
+        tx.commit().await?;
+        return Ok(Applied::Applied);
+    };
+    let metadata = json!({
+        "run_id": task.input.run_id,
+        "message_id": user.id,
+        "stage": "input",
+    });
+    insert_message(
+        &mut tx,
+        NewMessage {
+            owner: &task.owner,
+            thread_id: &task.input.thread_id,
+            task_id: task.task_id,
+            message_id: &user.id,
+            role: "user",
+            content: &user.content.text(),
+            metadata,
+            created_at: task.accepted_at,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Applied::Applied)
+}
+
+/// Applies one run event, exactly once and in per-run order.
+pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Result<Applied> {
+    let mut tx = pool.begin().await?;
+    let progress = sqlx::query_as::<_, (i64, String, DateTime<Utc>)>(
+        "SELECT last_event_seq, owner, accepted_at FROM run_progress WHERE task_id = $1 FOR UPDATE",
+    )
+    .bind(event.task_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((last_seq, owner, accepted_at)) = progress else {
+        return Ok(Applied::NotYet);
+    };
+    if owner != event.owner {
+        tracing::error!(task.id = %event.task_id, "event owner differs from the run's owner; ignored");
+        return Ok(Applied::Duplicate);
+    }
+    let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
+    if seq <= last_seq {
+        return Ok(Applied::Duplicate);
+    }
+    if seq > last_seq + 1 {
+        return Ok(Applied::NotYet);
+    }
+    let run_meta = |message_id: &str, stage: &str| {
+        json!({"run_id": event.run_id, "message_id": message_id, "stage": stage})
+    };
+    match &event.event {
+        Event::RunStarted { .. } => set_status(&mut tx, event.task_id, "running").await?,
+        Event::RunFinished { .. } => set_status(&mut tx, event.task_id, "completed").await?,
+        Event::RunError { .. } => set_status(&mut tx, event.task_id, "failed").await?,
+        Event::TextMessageStart { message_id, .. } => {
+            insert_message(
+                &mut tx,
+                NewMessage {
+                    owner: &event.owner,
+                    thread_id: &event.thread_id,
+                    task_id: event.task_id,
+                    message_id,
+                    role: "assistant",
+                    content: "",
+                    metadata: run_meta(message_id, "response"),
+                    created_at: event.emitted_at,
+                },
+            )
+            .await?;
+        }
+        Event::TextMessageContent { message_id, delta } => {
+            sqlx::query("UPDATE messages SET content = content || $3 WHERE task_id = $1 AND message_id = $2")
+                .bind(event.task_id)
+                .bind(message_id)
+                .bind(delta)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Event::TextMessageEnd { message_id } => {
+            let latency_ms = (event.emitted_at - accepted_at).num_milliseconds();
+            sqlx::query(
+                "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
+                 WHERE task_id = $1 AND message_id = $2",
+            )
+            .bind(event.task_id)
+            .bind(message_id)
+            .bind(latency_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Event::ToolCallResult {
+            message_id,
+            tool_call_id,
+            content,
+        } => {
+            let mut metadata = run_meta(message_id, "tool_execution");
+            metadata["tool_call_id"] = Value::String(tool_call_id.clone());
+            insert_message(
+                &mut tx,
+                NewMessage {
+                    owner: &event.owner,
+                    thread_id: &event.thread_id,
+                    task_id: event.task_id,
+                    message_id,
+                    role: "tool",
+                    content,
+                    metadata,
+                    created_at: event.emitted_at,
+                },
+            )
+            .await?;
+        }
+        _ => {}
+    }
+    sqlx::query("UPDATE run_progress SET last_event_seq = $2 WHERE task_id = $1")
+        .bind(event.task_id)
+        .bind(seq)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Applied::Applied)
+}
+
+async fn set_status(tx: &mut Transaction<'_, Postgres>, task_id: Uuid, status: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE run_progress SET status = $2 WHERE task_id = $1")
+        .bind(task_id)
+        .bind(status)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+struct NewMessage<'a> {
+    owner: &'a str,
+    thread_id: &'a str,
+    task_id: Uuid,
+    message_id: &'a str,
+    role: &'a str,
+    content: &'a str,
+    metadata: Value,
+    created_at: DateTime<Utc>,
+}
+
+/// Inserts a message at the thread's next `seq` (allocated under the thread row's lock).
+async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -> sqlx::Result<()> {
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
+         VALUES ($1, $2, 1, $3, $3)
+         ON CONFLICT (owner, thread_id) DO UPDATE
+           SET last_seq = threads.last_seq + 1,
+               updated_at = GREATEST(threads.updated_at, EXCLUDED.updated_at)
+         RETURNING last_seq",
+    )
+    .bind(m.owner)
+    .bind(m.thread_id)
+    .bind(m.created_at)
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO messages (id, owner, thread_id, seq, task_id, message_id, role, content, metadata, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(m.owner)
+    .bind(m.thread_id)
+    .bind(seq)
+    .bind(m.task_id)
+    .bind(m.message_id)
+    .bind(m.role)
+    .bind(m.content)
+    .bind(m.metadata)
+    .bind(m.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// A stored message, as the history endpoints read it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct MessageRow {
+    pub(crate) message_id: String,
+    pub(crate) seq: i64,
+    pub(crate) role: String,
+    pub(crate) content: String,
+    pub(crate) created_at: DateTime<Utc>,
+}
+
+/// The caller's most recently active thread.
+pub(crate) async fn latest_thread(pool: &PgPool, owner: &str) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT thread_id FROM threads WHERE owner = $1 ORDER BY updated_at DESC LIMIT 1")
+        .bind(owner)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Whether the caller has a thread with this id.
+pub(crate) async fn thread_exists(pool: &PgPool, owner: &str, thread_id: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM threads WHERE owner = $1 AND thread_id = $2)")
+        .bind(owner)
+        .bind(thread_id)
+        .fetch_one(pool)
+        .await
+}
+
+/// When the latest message strictly before `before` was written, if any.
+pub(crate) async fn latest_message_before(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+    before: Option<DateTime<Utc>>,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar(
+        "SELECT max(created_at) FROM messages
+         WHERE owner = $1 AND thread_id = $2 AND ($3::timestamptz IS NULL OR created_at < $3)",
+    )
+    .bind(owner)
+    .bind(thread_id)
+    .bind(before)
+    .fetch_one(pool)
+    .await
+}
+
+/// The messages written in `[from, to)`, in `seq` order.
+pub(crate) async fn messages_between(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> sqlx::Result<Vec<MessageRow>> {
+    sqlx::query_as(
+        "SELECT message_id, seq, role, content, created_at FROM messages
+         WHERE owner = $1 AND thread_id = $2 AND created_at >= $3 AND created_at < $4
+         ORDER BY seq",
+    )
+    .bind(owner)
+    .bind(thread_id)
+    .bind(from)
+    .bind(to)
+    .fetch_all(pool)
+    .await
+}
+
+/// Whether any message was written before `at`.
+pub(crate) async fn has_messages_before(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+    at: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND created_at < $3)",
+    )
+    .bind(owner)
+    .bind(thread_id)
+    .bind(at)
+    .fetch_one(pool)
+    .await
+}

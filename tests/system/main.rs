@@ -1,0 +1,3 @@
+//! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
+
+mod first_run;
