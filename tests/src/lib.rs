@@ -127,7 +127,11 @@ impl Api<'_> {
     }
 
     /// `GET /api/v1/agent/history` with the query `query`, as the owner of `token`.
-    pub async fn history(&self, token: &str, query: &[(&str, &str)]) -> anyhow::Result<(u16, Value)> {
+    pub async fn history(
+        &self,
+        token: &str,
+        query: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Value)> {
         let response = self
             .http
             .get(format!("{}/api/v1/agent/history", self.urls.history))
@@ -213,7 +217,9 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 impl ProcessPlatform {
@@ -229,12 +235,24 @@ impl ProcessPlatform {
             ("SB_NATS_PREFIX".into(), nats.names.prefix().to_owned()),
             ("SB_JWT_ALG".into(), "HS256".into()),
             ("SB_JWT_SECRET".into(), infra.jwt_secret.clone()),
-            ("SB_S3_ENDPOINT".into(), s3.endpoint.clone().unwrap_or_default()),
+            (
+                "SB_S3_ENDPOINT".into(),
+                s3.endpoint.clone().unwrap_or_default(),
+            ),
             ("SB_S3_ACCESS_KEY".into(), s3.access_key.clone()),
-            ("SB_S3_SECRET_KEY".into(), s3.secret_key.expose_secret().to_owned()),
+            (
+                "SB_S3_SECRET_KEY".into(),
+                s3.secret_key.expose_secret().to_owned(),
+            ),
             ("SB_S3_BUCKET".into(), s3.bucket.clone()),
-            ("SB_HISTORY_DATABASE_URL".into(), database.expose_secret().to_owned()),
-            ("SB_ATTACHMENTS_DATABASE_URL".into(), database.expose_secret().to_owned()),
+            (
+                "SB_HISTORY_DATABASE_URL".into(),
+                database.expose_secret().to_owned(),
+            ),
+            (
+                "SB_ATTACHMENTS_DATABASE_URL".into(),
+                database.expose_secret().to_owned(),
+            ),
             ("RUST_LOG".into(), "warn".into()),
         ];
         let mut children = Vec::new();
@@ -279,10 +297,10 @@ impl ProcessPlatform {
     async fn wait_ready(&self, base: &str) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + EVENTUAL;
         while tokio::time::Instant::now() < deadline {
-            if let Ok(response) = self.http.get(format!("{base}/readyz")).send().await {
-                if response.status().is_success() {
-                    return Ok(());
-                }
+            if let Ok(response) = self.http.get(format!("{base}/readyz")).send().await
+                && response.status().is_success()
+            {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -96,12 +96,18 @@ impl Authenticator {
         let (key, algorithm) = match config.algorithm {
             JwtAlgorithm::Hs256 => {
                 if secret.len() < 32 {
-                    return Err(KeyError("an HS256 secret needs at least 32 bytes".to_owned()));
+                    return Err(KeyError(
+                        "an HS256 secret needs at least 32 bytes".to_owned(),
+                    ));
                 }
-                (DecodingKey::from_secret(secret.as_bytes()), Algorithm::HS256)
+                (
+                    DecodingKey::from_secret(secret.as_bytes()),
+                    Algorithm::HS256,
+                )
             }
             JwtAlgorithm::Rs256 => (
-                DecodingKey::from_rsa_pem(secret.as_bytes()).map_err(|e| KeyError(e.to_string()))?,
+                DecodingKey::from_rsa_pem(secret.as_bytes())
+                    .map_err(|e| KeyError(e.to_string()))?,
                 Algorithm::RS256,
             ),
         };
@@ -196,7 +202,12 @@ mod tests {
     }
 
     fn token(alg: Algorithm, claims: serde_json::Value) -> String {
-        encode(&Header::new(alg), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
+        encode(
+            &Header::new(alg),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
     }
 
     fn now() -> i64 {
@@ -214,7 +225,10 @@ mod tests {
 
     #[test]
     fn an_expired_token_is_refused() {
-        let t = token(Algorithm::HS256, json!({"sub": "alice", "exp": now() - 120}));
+        let t = token(
+            Algorithm::HS256,
+            json!({"sub": "alice", "exp": now() - 120}),
+        );
         assert!(authenticator().verify(&t).is_err());
     }
 
@@ -234,7 +248,10 @@ mod tests {
 
     #[test]
     fn a_header_without_the_bearer_scheme_is_missing() {
-        assert_eq!(authenticator().verify_header(Some("Basic abc")), Err(AuthError::Missing));
+        assert_eq!(
+            authenticator().verify_header(Some("Basic abc")),
+            Err(AuthError::Missing)
+        );
         assert_eq!(authenticator().verify_header(None), Err(AuthError::Missing));
     }
 

@@ -127,10 +127,11 @@ impl Env {
     /// The NATS settings shared by every service (`SB_NATS_URL`, `SB_NATS_PREFIX`).
     pub fn nats(&self) -> Result<crate::nats::NatsConfig, ConfigError> {
         let prefix: String = self.or("SB_NATS_PREFIX", "sb".to_owned())?;
-        let names = protocol::messaging::Names::new(&prefix).map_err(|err| ConfigError::Invalid {
-            name: "SB_NATS_PREFIX".to_owned(),
-            reason: err.to_string(),
-        })?;
+        let names =
+            protocol::messaging::Names::new(&prefix).map_err(|err| ConfigError::Invalid {
+                name: "SB_NATS_PREFIX".to_owned(),
+                reason: err.to_string(),
+            })?;
         Ok(crate::nats::NatsConfig {
             url: self.or("SB_NATS_URL", "nats://127.0.0.1:4222".to_owned())?,
             names,
@@ -138,7 +139,10 @@ impl Env {
     }
 
     /// Telemetry settings (`SB_LOG_FORMAT`, `OTEL_EXPORTER_OTLP_ENDPOINT`).
-    pub fn telemetry(&self, service: &'static str) -> Result<crate::telemetry::TelemetryConfig, ConfigError> {
+    pub fn telemetry(
+        &self,
+        service: &'static str,
+    ) -> Result<crate::telemetry::TelemetryConfig, ConfigError> {
         Ok(crate::telemetry::TelemetryConfig {
             service,
             log_format: self.or("SB_LOG_FORMAT", crate::telemetry::LogFormat::Json)?,
@@ -166,7 +170,10 @@ mod tests {
     fn a_missing_required_variable_is_named_in_the_error() {
         let env = Env::from_pairs([("OTHER", "1")]);
         let err = env.required::<u16>("SB_PORT").err().map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some("environment variable SB_PORT is required but not set"));
+        assert_eq!(
+            err.as_deref(),
+            Some("environment variable SB_PORT is required but not set")
+        );
     }
 
     #[test]
@@ -180,7 +187,10 @@ mod tests {
     fn hs256_without_a_secret_fails_naming_the_secret() {
         let env = Env::from_pairs([("SB_JWT_ALG", "HS256")]);
         let err = env.auth().err().map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some("environment variable SB_JWT_SECRET is required but not set"));
+        assert_eq!(
+            err.as_deref(),
+            Some("environment variable SB_JWT_SECRET is required but not set")
+        );
     }
 
     #[test]

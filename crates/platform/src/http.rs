@@ -14,9 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-/// An error answer: a status and the shared JSON envelope.
+/// An error answer: a status and the shared JSON envelope. Boxed, so `Result<T, ErrorResponse>`
+/// stays small on the happy path.
 #[derive(Debug)]
-pub struct ErrorResponse {
+pub struct ErrorResponse(Box<ErrorParts>);
+
+#[derive(Debug)]
+struct ErrorParts {
     status: StatusCode,
     envelope: ErrorEnvelope,
     header: Option<(HeaderName, HeaderValue)>,
@@ -25,11 +29,11 @@ pub struct ErrorResponse {
 impl ErrorResponse {
     /// An answer without a field.
     pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
+        Self(Box::new(ErrorParts {
             status,
             envelope: ErrorEnvelope::new(code, message),
             header: None,
-        }
+        }))
     }
 
     /// An answer naming the offending field.
@@ -39,16 +43,20 @@ impl ErrorResponse {
         message: impl Into<String>,
         field: impl Into<String>,
     ) -> Self {
-        Self {
+        Self(Box::new(ErrorParts {
             status,
             envelope: ErrorEnvelope::with_field(code, message, field),
             header: None,
-        }
+        }))
     }
 
     /// 404 for a resource that does not exist or is not the caller's.
     pub fn not_found(what: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("{what} not found"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            format!("{what} not found"),
+        )
     }
 
     /// 500, logged once with its cause chain, answered opaquely.
@@ -73,20 +81,25 @@ impl ErrorResponse {
 
     /// Adds a header to the answer.
     pub fn with_header(mut self, name: HeaderName, value: &'static str) -> Self {
-        self.header = Some((name, HeaderValue::from_static(value)));
+        self.0.header = Some((name, HeaderValue::from_static(value)));
         self
     }
 
     /// The status.
     pub fn status(&self) -> StatusCode {
-        self.status
+        self.0.status
     }
 }
 
 impl IntoResponse for ErrorResponse {
     fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(self.envelope)).into_response();
-        if let Some((name, value)) = self.header {
+        let ErrorParts {
+            status,
+            envelope,
+            header,
+        } = *self.0;
+        let mut response = (status, axum::Json(envelope)).into_response();
+        if let Some((name, value)) = header {
             response.headers_mut().insert(name, value);
         }
         response
@@ -100,7 +113,10 @@ pub type Probe = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send +
 pub fn health_routes(probes: Vec<(&'static str, Probe)>) -> Router {
     let probes = Arc::new(probes);
     Router::new()
-        .route("/healthz", get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }))
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
+        )
         .route(
             "/readyz",
             get(move || {
@@ -130,8 +146,13 @@ async fn readiness(probes: &[(&'static str, Probe)]) -> Response {
         };
         checks.insert((*name).to_owned(), serde_json::Value::String(status));
     }
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let body = serde_json::json!({"status": if ready { "ready" } else { "not_ready" }, "checks": checks});
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body =
+        serde_json::json!({"status": if ready { "ready" } else { "not_ready" }, "checks": checks});
     (status, axum::Json(body)).into_response()
 }
 

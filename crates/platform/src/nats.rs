@@ -27,7 +27,10 @@ const RUN_EVENTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// Connects to NATS and returns the client and its JetStream context.
-pub async fn connect(config: &NatsConfig, name: &str) -> anyhow::Result<(async_nats::Client, jetstream::Context)> {
+pub async fn connect(
+    config: &NatsConfig,
+    name: &str,
+) -> anyhow::Result<(async_nats::Client, jetstream::Context)> {
     let client = async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect()
@@ -43,7 +46,11 @@ pub async fn connect(config: &NatsConfig, name: &str) -> anyhow::Result<(async_n
 pub async fn ensure_streams(js: &jetstream::Context, names: &Names) -> anyhow::Result<()> {
     for (name, subjects, max_age) in [
         (names.runs_stream(), names.runs_subjects(), RUNS_MAX_AGE),
-        (names.run_events_stream(), names.run_events_subjects(), RUN_EVENTS_MAX_AGE),
+        (
+            names.run_events_stream(),
+            names.run_events_subjects(),
+            RUN_EVENTS_MAX_AGE,
+        ),
     ] {
         js.get_or_create_stream(stream::Config {
             name: name.clone(),
@@ -95,7 +102,10 @@ pub fn probe(js: jetstream::Context) -> Probe {
     std::sync::Arc::new(move || {
         let js = js.clone();
         Box::pin(async move {
-            js.query_account().await.map(|_| ()).map_err(|e| e.to_string())
+            js.query_account()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         })
     })
 }

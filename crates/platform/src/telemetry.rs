@@ -63,7 +63,9 @@ impl TelemetryGuard {
 
 /// Installs the global subscriber and tracer provider. Call once, from `main`.
 pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
-    let resource = Resource::builder().with_service_name(config.service).build();
+    let resource = Resource::builder()
+        .with_service_name(config.service)
+        .build();
     let mut builder = SdkTracerProvider::builder().with_resource(resource);
     if let Some(endpoint) = &config.otlp_endpoint {
         use opentelemetry_otlp::WithExportConfig;
@@ -81,7 +83,12 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     match config.log_format {
         LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(false))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false),
+            )
             .try_init()?,
         LogFormat::Pretty => registry.with(tracing_subscriber::fmt::layer()).try_init()?,
     }

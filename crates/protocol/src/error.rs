@@ -59,7 +59,11 @@ impl ErrorEnvelope {
     }
 
     /// Builds an envelope that names the offending field.
-    pub fn with_field(code: ErrorCode, message: impl Into<String>, field: impl Into<String>) -> Self {
+    pub fn with_field(
+        code: ErrorCode,
+        message: impl Into<String>,
+        field: impl Into<String>,
+    ) -> Self {
         Self {
             error: ErrorBody {
                 code,

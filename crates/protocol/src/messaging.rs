@@ -68,7 +68,10 @@ impl Names {
 
     /// Stream of accepted runs (one message per task).
     pub fn runs_stream(&self) -> String {
-        format!("{}_RUNS", self.prefix.to_ascii_uppercase().replace('-', "_"))
+        format!(
+            "{}_RUNS",
+            self.prefix.to_ascii_uppercase().replace('-', "_")
+        )
     }
 
     /// Subjects captured by [`Self::runs_stream`].
@@ -83,7 +86,10 @@ impl Names {
 
     /// Stream of run events (every event of every run, in per-run order).
     pub fn run_events_stream(&self) -> String {
-        format!("{}_RUN_EVENTS", self.prefix.to_ascii_uppercase().replace('-', "_"))
+        format!(
+            "{}_RUN_EVENTS",
+            self.prefix.to_ascii_uppercase().replace('-', "_")
+        )
     }
 
     /// Subjects captured by [`Self::run_events_stream`].

@@ -30,7 +30,8 @@ pub mod messages {
     /// User text longer than [`super::MAX_USER_TEXT_CHARS`].
     pub const USER_TEXT_LIMIT: &str = "RunAgentInput user message text exceeds limit";
     /// Not exactly one user message.
-    pub const EXACTLY_ONE_USER: &str = "RunAgentInput.messages must contain exactly one user message";
+    pub const EXACTLY_ONE_USER: &str =
+        "RunAgentInput.messages must contain exactly one user message";
     /// The user message is not the first one.
     pub const FIRST_IS_USER: &str = "RunAgentInput.messages[0].role must be user";
     /// A binary block whose MIME type is not `image/*`.
@@ -121,7 +122,10 @@ pub fn validate_run_input(input: &RunAgentInput) -> Result<(), Violation> {
         return Err(Violation::rule("/messages/0/role", messages::FIRST_IS_USER));
     };
     if user.content.text().chars().count() > MAX_USER_TEXT_CHARS {
-        return Err(Violation::rule("/messages/0/content", messages::USER_TEXT_LIMIT));
+        return Err(Violation::rule(
+            "/messages/0/content",
+            messages::USER_TEXT_LIMIT,
+        ));
     }
     if let UserContent::Blocks(blocks) = &user.content {
         for (index, block) in blocks.iter().enumerate() {
@@ -136,7 +140,10 @@ fn validate_block(block: &ContentBlock, at: &str) -> Result<(), Violation> {
         ContentBlock::Text(_) => Ok(()),
         ContentBlock::Binary(binary) => {
             if !binary.mime_type.starts_with("image/") {
-                return Err(Violation::rule(format!("{at}/mimeType"), messages::BINARY_IMAGE_MIME));
+                return Err(Violation::rule(
+                    format!("{at}/mimeType"),
+                    messages::BINARY_IMAGE_MIME,
+                ));
             }
             if binary.data.is_some() {
                 return Err(Violation::rule(format!("{at}/data"), messages::BINARY_DATA));
@@ -151,8 +158,14 @@ fn validate_block(block: &ContentBlock, at: &str) -> Result<(), Violation> {
             let value = part.source.get("value").and_then(Value::as_str);
             match (kind, value) {
                 (Some("url"), Some(url)) if !url.is_empty() => Ok(()),
-                (Some("data"), _) => Err(Violation::rule(format!("{at}/source"), messages::BINARY_DATA)),
-                _ => Err(Violation::rule(format!("{at}/source"), messages::BINARY_URL)),
+                (Some("data"), _) => Err(Violation::rule(
+                    format!("{at}/source"),
+                    messages::BINARY_DATA,
+                )),
+                _ => Err(Violation::rule(
+                    format!("{at}/source"),
+                    messages::BINARY_URL,
+                )),
             }
         }
     }
@@ -212,7 +225,10 @@ mod tests {
     fn a_thread_id_that_is_not_a_uuid_is_refused_with_the_seed_message() {
         let mut input = valid();
         input["threadId"] = json!("thread-123");
-        assert_eq!(violation(&input), Violation::rule("/threadId", messages::THREAD_ID_UUID));
+        assert_eq!(
+            violation(&input),
+            Violation::rule("/threadId", messages::THREAD_ID_UUID)
+        );
     }
 
     #[test]
@@ -221,7 +237,10 @@ mod tests {
         input["runId"] = json!("é".repeat(128));
         assert!(parse_run_input(&body(&input)).is_ok());
         input["runId"] = json!("é".repeat(129));
-        assert_eq!(violation(&input), Violation::rule("/runId", messages::RUN_ID_LENGTH));
+        assert_eq!(
+            violation(&input),
+            Violation::rule("/runId", messages::RUN_ID_LENGTH)
+        );
     }
 
     #[test]
@@ -229,8 +248,12 @@ mod tests {
         let mut input = valid();
         input["messages"]
             .as_array_mut()
-            .map(|m| m.push(json!({"id": "m2", "role": "user", "content": "again"})));
-        assert_eq!(violation(&input), Violation::rule("/messages", messages::EXACTLY_ONE_USER));
+            .unwrap()
+            .push(json!({"id": "m2", "role": "user", "content": "again"}));
+        assert_eq!(
+            violation(&input),
+            Violation::rule("/messages", messages::EXACTLY_ONE_USER)
+        );
     }
 
     #[test]
@@ -240,7 +263,10 @@ mod tests {
             {"id": "s", "role": "system", "content": "be nice"},
             {"id": "u", "role": "user", "content": "hi"}
         ]);
-        assert_eq!(violation(&input), Violation::rule("/messages/0/role", messages::FIRST_IS_USER));
+        assert_eq!(
+            violation(&input),
+            Violation::rule("/messages/0/role", messages::FIRST_IS_USER)
+        );
     }
 
     #[test]
@@ -255,7 +281,10 @@ mod tests {
         let mut input = valid();
         input["runId"] = json!(5);
         let v = violation(&input);
-        assert_eq!((v.kind, v.field.as_str()), (ViolationKind::Malformed, "/runId"));
+        assert_eq!(
+            (v.kind, v.field.as_str()),
+            (ViolationKind::Malformed, "/runId")
+        );
     }
 
     #[test]

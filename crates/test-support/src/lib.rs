@@ -30,7 +30,8 @@ pub struct Infra {
 impl Infra {
     /// Reads `SB_TEST_*` variables, defaulting to the ports of `scripts/infra.sh`.
     pub fn from_env() -> Self {
-        let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+        let var =
+            |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
         Self {
             database_url: var(
                 "SB_TEST_DATABASE_URL",
@@ -41,7 +42,10 @@ impl Infra {
                 endpoint: Some(var("SB_TEST_S3_ENDPOINT", "http://127.0.0.1:59000")),
                 region: "us-east-1".to_owned(),
                 access_key: var("SB_TEST_S3_ACCESS_KEY", "switchboard-local"),
-                secret_key: SecretString::from(var("SB_TEST_S3_SECRET_KEY", "switchboard-local-secret-key")),
+                secret_key: SecretString::from(var(
+                    "SB_TEST_S3_SECRET_KEY",
+                    "switchboard-local-secret-key",
+                )),
                 bucket: "switchboard".to_owned(),
             },
             jwt_secret: var(
@@ -73,9 +77,12 @@ impl Infra {
     /// NATS settings with a prefix no other test uses.
     pub fn fresh_nats(&self) -> NatsConfig {
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        Env::from_pairs([("SB_NATS_URL", self.nats_url.as_str()), ("SB_NATS_PREFIX", prefix.as_str())])
-            .nats()
-            .unwrap_or_else(|err| unreachable!("generated prefix is valid: {err}"))
+        Env::from_pairs([
+            ("SB_NATS_URL", self.nats_url.as_str()),
+            ("SB_NATS_PREFIX", prefix.as_str()),
+        ])
+        .nats()
+        .unwrap_or_else(|err| unreachable!("generated prefix is valid: {err}"))
     }
 
     /// S3 settings with a bucket no other test uses.

@@ -37,7 +37,10 @@ impl Config {
     /// Reads the settings from the environment.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
-            addr: env.or("SB_ATTACHMENTS_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)))?,
+            addr: env.or(
+                "SB_ATTACHMENTS_ADDR",
+                SocketAddr::from(([127, 0, 0, 1], 8081)),
+            )?,
             auth: env.auth()?,
             database_url: env.secret("SB_ATTACHMENTS_DATABASE_URL")?,
             s3: S3Config::from_env(env)?,
@@ -69,7 +72,8 @@ impl Application {
     /// Migrates the schema, makes sure the bucket exists, binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
-        let pool = platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+        let pool =
+            platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
         let s3 = platform::s3::client(&config.s3);
         platform::s3::ensure_bucket(&s3, &config.s3.bucket).await?;
         let probes = vec![
@@ -88,7 +92,10 @@ impl Application {
 
     /// The bound port.
     pub fn port(&self) -> u16 {
-        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+        self.listener
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or_default()
     }
 
     /// Serves until `shutdown` is cancelled.

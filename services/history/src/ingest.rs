@@ -13,7 +13,7 @@ use protocol::messaging::{
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{self, Applied};
+use crate::store::{self, Outcome};
 
 /// Delay before a message whose prerequisite is not written yet comes back.
 const NOT_YET_DELAY: Duration = Duration::from_millis(100);
@@ -28,7 +28,11 @@ pub(crate) struct Ingest {
     pool: PgPool,
 }
 
-async fn durable(js: &jetstream::Context, stream: String, name: &str) -> anyhow::Result<PullConsumer> {
+async fn durable(
+    js: &jetstream::Context,
+    stream: String,
+    name: &str,
+) -> anyhow::Result<PullConsumer> {
     js.get_stream(&stream)
         .await
         .with_context(|| format!("stream {stream} missing"))?
@@ -46,7 +50,11 @@ async fn durable(js: &jetstream::Context, stream: String, name: &str) -> anyhow:
 }
 
 impl Ingest {
-    pub(crate) async fn new(js: &jetstream::Context, names: &Names, pool: PgPool) -> anyhow::Result<Self> {
+    pub(crate) async fn new(
+        js: &jetstream::Context,
+        names: &Names,
+        pool: PgPool,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             runs: durable(js, names.runs_stream(), HISTORY_RUNS_CONSUMER).await?,
             events: durable(js, names.run_events_stream(), HISTORY_EVENTS_CONSUMER).await?,
@@ -58,13 +66,17 @@ impl Ingest {
         let pool = &self.pool;
         let runs = consume(&self.runs, shutdown.clone(), |payload| async move {
             match serde_json::from_slice::<RunTask>(&payload) {
-                Ok(RunTask::V1(task)) => Handled::from(store::record_accepted_run(pool, &task).await),
+                Ok(RunTask::V1(task)) => {
+                    Handled::from(store::record_accepted_run(pool, &task).await)
+                }
                 Err(err) => Handled::Undecodable(err),
             }
         });
         let events = consume(&self.events, shutdown, |payload| async move {
             match serde_json::from_slice::<RunEventMessage>(&payload) {
-                Ok(RunEventMessage::V1(event)) => Handled::from(store::apply_event(pool, &event).await),
+                Ok(RunEventMessage::V1(event)) => {
+                    Handled::from(store::apply_event(pool, &event).await)
+                }
                 Err(err) => Handled::Undecodable(err),
             }
         });
@@ -74,13 +86,13 @@ impl Ingest {
 }
 
 enum Handled {
-    Done(Applied),
+    Done(Outcome),
     Failed(sqlx::Error),
     Undecodable(serde_json::Error),
 }
 
-impl From<sqlx::Result<Applied>> for Handled {
-    fn from(result: sqlx::Result<Applied>) -> Self {
+impl From<sqlx::Result<Outcome>> for Handled {
+    fn from(result: sqlx::Result<Outcome>) -> Self {
         match result {
             Ok(applied) => Handled::Done(applied),
             Err(err) => Handled::Failed(err),
@@ -89,7 +101,11 @@ impl From<sqlx::Result<Applied>> for Handled {
 }
 
 /// Processes one consumer's messages in order, one at a time, until shutdown.
-async fn consume<F, Fut>(consumer: &PullConsumer, shutdown: CancellationToken, handle: F) -> anyhow::Result<()>
+async fn consume<F, Fut>(
+    consumer: &PullConsumer,
+    shutdown: CancellationToken,
+    handle: F,
+) -> anyhow::Result<()>
 where
     F: Fn(bytes::Bytes) -> Fut,
     Fut: std::future::Future<Output = Handled>,
@@ -111,8 +127,10 @@ where
             }
         };
         let ack = match handle(message.payload.clone()).await {
-            Handled::Done(Applied::Applied | Applied::Duplicate) => message.ack().await,
-            Handled::Done(Applied::NotYet) => message.ack_with(AckKind::Nak(Some(NOT_YET_DELAY))).await,
+            Handled::Done(Outcome::Written | Outcome::Duplicate) => message.ack().await,
+            Handled::Done(Outcome::NotYet) => {
+                message.ack_with(AckKind::Nak(Some(NOT_YET_DELAY))).await
+            }
             Handled::Failed(err) => {
                 tracing::warn!(consumer = %name, error = %err, "cannot persist, will retry");
                 message.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await

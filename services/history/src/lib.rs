@@ -70,7 +70,8 @@ impl Application {
     /// Migrates the schema, connects to NATS, creates the durable consumers, binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
-        let pool = platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+        let pool =
+            platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
         let (_client, js) = platform::nats::connect(&config.nats, "history").await?;
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
         let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
@@ -78,16 +79,24 @@ impl Application {
             ("postgres", platform::db::probe(pool.clone())),
             ("nats", platform::nats::probe(js)),
         ];
-        let router = routes::router(AppState { auth, pool }).merge(platform::http::health_routes(probes));
+        let router =
+            routes::router(AppState { auth, pool }).merge(platform::http::health_routes(probes));
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
-        Ok(Self { listener, router, ingest })
+        Ok(Self {
+            listener,
+            router,
+            ingest,
+        })
     }
 
     /// The bound port.
     pub fn port(&self) -> u16 {
-        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+        self.listener
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or_default()
     }
 
     /// Serves and consumes until `shutdown` is cancelled.

@@ -43,7 +43,11 @@ async fn history(
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<HistorySnapshotResponse>, ErrorResponse> {
     let Query(query) = query.map_err(|err| {
-        ErrorResponse::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, err.body_text())
+        ErrorResponse::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            err.body_text(),
+        )
     })?;
     let before = query
         .before
@@ -73,12 +77,18 @@ async fn history(
                     "threadId",
                 ));
             }
-            if !store::thread_exists(pool, owner.as_str(), &thread_id).await.map_err(internal)? {
+            if !store::thread_exists(pool, owner.as_str(), &thread_id)
+                .await
+                .map_err(internal)?
+            {
                 return Err(ErrorResponse::not_found("thread"));
             }
             thread_id
         }
-        None => match store::latest_thread(pool, owner.as_str()).await.map_err(internal)? {
+        None => match store::latest_thread(pool, owner.as_str())
+            .await
+            .map_err(internal)?
+        {
             Some(thread_id) => thread_id,
             None => return Ok(axum::Json(empty(None))),
         },

@@ -9,9 +9,9 @@ use uuid::Uuid;
 
 /// What applying a message from JetStream did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Applied {
+pub(crate) enum Outcome {
     /// Written now.
-    Applied,
+    Written,
     /// Already written before (a redelivery): nothing changed.
     Duplicate,
     /// Depends on something not written yet (the run's user message, an earlier event).
@@ -19,7 +19,7 @@ pub(crate) enum Applied {
 }
 
 /// Persists the user message of an accepted run, once.
-pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx::Result<Applied> {
+pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
     let inserted = sqlx::query_scalar::<_, Uuid>(
         "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at)
@@ -35,12 +35,12 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
     .fetch_optional(&mut *tx)
     .await?;
     if inserted.is_none() {
-        return Ok(Applied::Duplicate);
+        return Ok(Outcome::Duplicate);
     }
     let Some(protocol::run_input::Message::User(user)) = task.input.messages.first() else {
         // Validation guarantees a first user message; a task without one has nothing to keep.
         tx.commit().await?;
-        return Ok(Applied::Applied);
+        return Ok(Outcome::Written);
     };
     let metadata = json!({
         "run_id": task.input.run_id,
@@ -62,11 +62,11 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
     )
     .await?;
     tx.commit().await?;
-    Ok(Applied::Applied)
+    Ok(Outcome::Written)
 }
 
 /// Applies one run event, exactly once and in per-run order.
-pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Result<Applied> {
+pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
     let progress = sqlx::query_as::<_, (i64, String, DateTime<Utc>)>(
         "SELECT last_event_seq, owner, accepted_at FROM run_progress WHERE task_id = $1 FOR UPDATE",
@@ -75,22 +75,20 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     .fetch_optional(&mut *tx)
     .await?;
     let Some((last_seq, owner, accepted_at)) = progress else {
-        return Ok(Applied::NotYet);
+        return Ok(Outcome::NotYet);
     };
     if owner != event.owner {
         tracing::error!(task.id = %event.task_id, "event owner differs from the run's owner; ignored");
-        return Ok(Applied::Duplicate);
+        return Ok(Outcome::Duplicate);
     }
     let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
     if seq <= last_seq {
-        return Ok(Applied::Duplicate);
+        return Ok(Outcome::Duplicate);
     }
     if seq > last_seq + 1 {
-        return Ok(Applied::NotYet);
+        return Ok(Outcome::NotYet);
     }
-    let run_meta = |message_id: &str, stage: &str| {
-        json!({"run_id": event.run_id, "message_id": message_id, "stage": stage})
-    };
+    let run_meta = |message_id: &str, stage: &str| json!({"run_id": event.run_id, "message_id": message_id, "stage": stage});
     match &event.event {
         Event::RunStarted { .. } => set_status(&mut tx, event.task_id, "running").await?,
         Event::RunFinished { .. } => set_status(&mut tx, event.task_id, "completed").await?,
@@ -161,10 +159,14 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(Applied::Applied)
+    Ok(Outcome::Written)
 }
 
-async fn set_status(tx: &mut Transaction<'_, Postgres>, task_id: Uuid, status: &str) -> sqlx::Result<()> {
+async fn set_status(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    status: &str,
+) -> sqlx::Result<()> {
     sqlx::query("UPDATE run_progress SET status = $2 WHERE task_id = $1")
         .bind(task_id)
         .bind(status)
@@ -230,14 +232,20 @@ pub(crate) struct MessageRow {
 
 /// The caller's most recently active thread.
 pub(crate) async fn latest_thread(pool: &PgPool, owner: &str) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT thread_id FROM threads WHERE owner = $1 ORDER BY updated_at DESC LIMIT 1")
-        .bind(owner)
-        .fetch_optional(pool)
-        .await
+    sqlx::query_scalar(
+        "SELECT thread_id FROM threads WHERE owner = $1 ORDER BY updated_at DESC LIMIT 1",
+    )
+    .bind(owner)
+    .fetch_optional(pool)
+    .await
 }
 
 /// Whether the caller has a thread with this id.
-pub(crate) async fn thread_exists(pool: &PgPool, owner: &str, thread_id: &str) -> sqlx::Result<bool> {
+pub(crate) async fn thread_exists(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM threads WHERE owner = $1 AND thread_id = $2)")
         .bind(owner)
         .bind(thread_id)

@@ -52,7 +52,11 @@ impl Acceptor {
         let headers = platform::nats::publish_headers(&msg_id);
         let ack = self
             .js
-            .publish_with_headers(self.names.run_accepted_subject(task.task_id), headers, payload.into())
+            .publish_with_headers(
+                self.names.run_accepted_subject(task.task_id),
+                headers,
+                payload.into(),
+            )
             .await
             .map_err(|e| AcceptError::Unavailable(e.into()))?
             .await
@@ -61,7 +65,10 @@ impl Acceptor {
             tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
             return Ok(response(&task));
         }
-        let original = self.stored_task(ack.sequence).await.map_err(AcceptError::Unavailable)?;
+        let original = self
+            .stored_task(ack.sequence)
+            .await
+            .map_err(AcceptError::Unavailable)?;
         if original.owner == task.owner && original.input == task.input {
             tracing::info!(task.id = %original.task_id, "duplicate run request answered with the original task");
             Ok(response(&original))

@@ -64,8 +64,10 @@ impl Application {
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
         let accept = Arc::new(accept::Acceptor::new(js.clone(), config.nats.names.clone()));
         let state = AppState { auth, accept };
-        let router = routes::router(state)
-            .merge(platform::http::health_routes(vec![("nats", platform::nats::probe(js))]));
+        let router = routes::router(state).merge(platform::http::health_routes(vec![(
+            "nats",
+            platform::nats::probe(js),
+        )]));
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
@@ -74,7 +76,10 @@ impl Application {
 
     /// The bound port.
     pub fn port(&self) -> u16 {
-        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+        self.listener
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or_default()
     }
 
     /// Serves until `shutdown` is cancelled.

@@ -11,7 +11,11 @@ use crate::sink::EventSink;
 /// the worker ends the run with `RUN_FINISHED` or `RUN_ERROR` from the result.
 pub trait Agent: Send + Sync + 'static {
     /// Runs the agent for `task`, publishing its events.
-    fn run<'a>(&'a self, task: &'a RunTaskV1, sink: &'a mut EventSink) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn run<'a>(
+        &'a self,
+        task: &'a RunTaskV1,
+        sink: &'a mut EventSink,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
 }
 
 /// Deterministic agent: answers `You said: <the user's text>`, streamed word by word.
@@ -26,7 +30,11 @@ impl EchoAgent {
 }
 
 impl Agent for EchoAgent {
-    fn run<'a>(&'a self, task: &'a RunTaskV1, sink: &'a mut EventSink) -> BoxFuture<'a, anyhow::Result<()>> {
+    fn run<'a>(
+        &'a self,
+        task: &'a RunTaskV1,
+        sink: &'a mut EventSink,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             let text = match task.input.messages.first() {
                 Some(Message::User(user)) => user.content.text(),

@@ -94,7 +94,9 @@ impl RunConsumer {
             Ok(()) => message.ack().await,
             Err(err) => {
                 tracing::warn!(task.id = %task.task_id, error = format!("{err:#}"), "run not completed, will be redelivered");
-                message.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await
+                message
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await
             }
         };
         if let Err(err) = ack {

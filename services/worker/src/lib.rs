@@ -57,21 +57,36 @@ impl Application {
     }
 
     /// Like [`Application::build`], with another agent backend.
-    pub async fn build_with_agent(config: Config, agent: Arc<dyn agent::Agent>) -> anyhow::Result<Self> {
+    pub async fn build_with_agent(
+        config: Config,
+        agent: Arc<dyn agent::Agent>,
+    ) -> anyhow::Result<Self> {
         let (_client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
-        let consumer =
-            consumer::RunConsumer::new(js.clone(), config.nats.names.clone(), agent, config.concurrency).await?;
+        let consumer = consumer::RunConsumer::new(
+            js.clone(),
+            config.nats.names.clone(),
+            agent,
+            config.concurrency,
+        )
+        .await?;
         let router = platform::http::health_routes(vec![("nats", platform::nats::probe(js))]);
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
-        Ok(Self { listener, router, consumer })
+        Ok(Self {
+            listener,
+            router,
+            consumer,
+        })
     }
 
     /// The bound health port.
     pub fn port(&self) -> u16 {
-        self.listener.local_addr().map(|a| a.port()).unwrap_or_default()
+        self.listener
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or_default()
     }
 
     /// Consumes runs until `shutdown` is cancelled, then lets in-flight runs finish.

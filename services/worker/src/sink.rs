@@ -42,7 +42,10 @@ impl EventSink {
             ..self.template.clone()
         });
         let payload = serde_json::to_vec(&message)?;
-        let headers = platform::nats::publish_headers(&format!("{}:{}", self.template.task_id, self.template.seq));
+        let headers = platform::nats::publish_headers(&format!(
+            "{}:{}",
+            self.template.task_id, self.template.seq
+        ));
         self.js
             .publish_with_headers(self.subject.clone(), headers, payload.into())
             .await?

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Everything CI checks: format, clippy with warnings denied, and every test (unit, integration and
+# system tests against the real PostgreSQL, NATS JetStream and S3 that infra.sh brings up).
+# Idempotent; installs what is missing. CI runs exactly this (see .ci/run).
+source "$(dirname "$0")/lib/common.sh"
+cd "$ROOT"
+
+started=$SECONDS
+ensure_toolchain() {
+  local component
+  for component in rustfmt clippy; do
+    if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+      log "installing the $component component"
+      rustup component add "$component"
+    fi
+  done
+  if ! cargo nextest --version >/dev/null 2>&1; then
+    log "installing cargo-nextest from crates.io"
+    cargo install --quiet --locked cargo-nextest
+  fi
+}
+
+ensure_toolchain
+"$ROOT/scripts/infra.sh"
+
+log "cargo fmt --check"
+cargo fmt --all --check
+
+log "cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
+
+log "building the service binaries (the system tests start them as processes)"
+cargo build --workspace --bins --locked --quiet
+
+# Databases of earlier test runs; every test makes its own.
+as_postgres psql -q -h "$DATA/pgsock" -p "$PG_PORT" -U postgres -tAc \
+  "SELECT 'DROP DATABASE IF EXISTS ' || quote_ident(datname) || ' WITH (FORCE);' FROM pg_database WHERE datname LIKE 'sbt\_%'" \
+  | as_postgres psql -q -h "$DATA/pgsock" -p "$PG_PORT" -U postgres >/dev/null
+
+export SB_TEST_DATABASE_URL="$(database_url)"
+export SB_TEST_NATS_URL="nats://127.0.0.1:$NATS_PORT"
+export SB_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+export SB_TEST_S3_ACCESS_KEY="$S3_ACCESS_KEY"
+export SB_TEST_S3_SECRET_KEY="$S3_SECRET_KEY"
+export SB_TEST_JWT_SECRET="$JWT_SECRET"
+
+log "cargo nextest run"
+cargo nextest run --workspace --locked --no-fail-fast "$@"
+log "all checks passed in $((SECONDS - started))s"

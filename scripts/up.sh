@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Brings up the whole platform: infrastructure (installed if missing) and the four services,
+# built from this checkout. Idempotent: running services are restarted on the fresh build.
+source "$(dirname "$0")/lib/common.sh"
+cd "$ROOT"
+
+"$ROOT/scripts/infra.sh"
+log "building the services"
+cargo build --workspace --bins --locked --quiet
+
+declare -A PORTS=([attachments]=${SB_ATTACHMENTS_PORT:-8081} [runs]=${SB_RUNS_PORT:-8082} [history]=${SB_HISTORY_PORT:-8083} [worker]=${SB_WORKER_PORT:-8084})
+mkdir -p "$DATA/logs" "$DATA/run"
+env_file="$DATA/run/services.env"
+service_env >"$env_file"
+
+for service in attachments runs history worker; do
+  pidfile="$DATA/run/$service.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill -TERM "$(cat "$pidfile")"
+    while kill -0 "$(cat "$pidfile")" 2>/dev/null; do sleep 0.1; done
+  fi
+  addr_var="SB_$(echo "$service" | tr a-z A-Z)_ADDR"
+  (
+    set -a; source "$env_file"; set +a
+    export "$addr_var=127.0.0.1:${PORTS[$service]}"
+    setsid nohup "$ROOT/target/debug/switchboard-$service" >>"$DATA/logs/$service.log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+  )
+done
+
+for service in attachments runs history worker; do
+  wait_until "$service" 60 curl -fs "http://127.0.0.1:${PORTS[$service]}/readyz"
+done
+
+cat <<INFO
+
+Switchboard is up (logs in .data/logs/, stop with scripts/down.sh):
+  attachments  http://127.0.0.1:${PORTS[attachments]}
+  runs         http://127.0.0.1:${PORTS[runs]}      POST /api/v1/agent/runs
+  history      http://127.0.0.1:${PORTS[history]}      GET  /api/v1/agent/history
+  worker       http://127.0.0.1:${PORTS[worker]}      (health only)
+Infrastructure: PostgreSQL 127.0.0.1:$PG_PORT, NATS 127.0.0.1:$NATS_PORT, S3 http://127.0.0.1:$S3_PORT
+
+Get a token (HS256, local secret):   TOKEN=\$(scripts/token.sh alice)
+Start a run:
+  curl -s -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' \\
+    -d '{"threadId":"550e8400-e29b-41d4-a716-446655440000","runId":"run-001","messages":[{"id":"m1","role":"user","content":"hello"}]}' \\
+    http://127.0.0.1:${PORTS[runs]}/api/v1/agent/runs
+Read it back:
+  curl -s -H "Authorization: Bearer \$TOKEN" 'http://127.0.0.1:${PORTS[history]}/api/v1/agent/history?threadId=550e8400-e29b-41d4-a716-446655440000'
+INFO
