@@ -28,10 +28,33 @@ pub struct Urls {
     pub worker: String,
 }
 
+/// Settings a test may change from the defaults.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// What a second run on a busy thread gets.
+    pub active_run_policy: runs::ActiveRunPolicy,
+    /// Runs per owner per minute.
+    pub rate_per_minute: u32,
+    /// Runs per owner in a burst.
+    pub rate_burst: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            active_run_policy: runs::ActiveRunPolicy::Reject,
+            rate_per_minute: 10_000,
+            rate_burst: 10_000,
+        }
+    }
+}
+
 /// The four services running in this process, stopped on drop.
 pub struct TestPlatform {
     /// Where they listen.
     pub urls: Urls,
+    /// The NATS names this platform uses (its own prefix).
+    pub nats: platform::nats::NatsConfig,
     /// Infrastructure and token minting.
     pub infra: Infra,
     /// HTTP client.
@@ -52,6 +75,11 @@ fn any_port() -> SocketAddr {
 impl TestPlatform {
     /// Builds and starts all four services on port 0.
     pub async fn spawn() -> anyhow::Result<Self> {
+        Self::spawn_with(Options::default()).await
+    }
+
+    /// Like [`TestPlatform::spawn`], with other settings.
+    pub async fn spawn_with(options: Options) -> anyhow::Result<Self> {
         let infra = Infra::from_env();
         let nats = infra.fresh_nats();
         let history_db = infra.fresh_database().await?;
@@ -69,6 +97,9 @@ impl TestPlatform {
             addr: any_port(),
             auth: infra.auth(),
             nats: nats.clone(),
+            active_run_policy: options.active_run_policy,
+            rate_per_minute: options.rate_per_minute,
+            rate_burst: options.rate_burst,
         })
         .await?;
         let history = history::Application::build(history::Config {
@@ -80,7 +111,7 @@ impl TestPlatform {
         .await?;
         let worker = worker::Application::build(worker::Config {
             addr: any_port(),
-            nats,
+            nats: nats.clone(),
             concurrency: 4,
         })
         .await?;
@@ -97,6 +128,7 @@ impl TestPlatform {
         tokio::spawn(worker.run(shutdown.clone()));
         Ok(Self {
             urls,
+            nats,
             infra,
             http: reqwest::Client::new(),
             shutdown,
@@ -124,6 +156,52 @@ impl Api<'_> {
             .await?;
         let status = response.status().as_u16();
         Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// `GET` a path of the runs service.
+    pub async fn get_runs(&self, token: &str, path: &str) -> anyhow::Result<(u16, Value)> {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.urls.runs))
+            .bearer_auth(token)
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// `POST /api/v1/agent/runs/{id}/cancel`.
+    pub async fn cancel_run(&self, token: &str, id: &str) -> anyhow::Result<(u16, Value)> {
+        let response = self
+            .http
+            .post(format!("{}/api/v1/agent/runs/{id}/cancel", self.urls.runs))
+            .bearer_auth(token)
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// Polls `GET /api/v1/agent/runs/{id}` until its `status` is `want`, or fails after [`EVENTUAL`].
+    pub async fn wait_for_status(
+        &self,
+        token: &str,
+        id: &str,
+        want: &str,
+    ) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + EVENTUAL;
+        let mut last = Value::Null;
+        while tokio::time::Instant::now() < deadline {
+            let (status, body) = self
+                .get_runs(token, &format!("/api/v1/agent/runs/{id}"))
+                .await?;
+            if status == 200 && body["status"] == want {
+                return Ok(body);
+            }
+            last = body;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("run {id} never reached status {want}; last answer: {last}")
     }
 
     /// `GET /api/v1/agent/history` with the query `query`, as the owner of `token`.

@@ -1,3 +1,4 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
 
 mod first_run;
+mod run_contract;

@@ -109,3 +109,217 @@ pub fn probe(js: jetstream::Context) -> Probe {
         })
     })
 }
+
+/// The KV buckets of the run lifecycle.
+#[derive(Clone)]
+pub struct RunBuckets {
+    /// Idempotency records: `(owner, threadId, runId)` -> accepted task.
+    pub run_keys: JsonKv,
+    /// Status records and run-id lookups.
+    pub run_status: JsonKv,
+    /// Per-thread locks held by running tasks.
+    pub thread_locks: JsonKv,
+}
+
+/// Creates (or opens) the run lifecycle buckets. Safe to call from every replica.
+pub async fn ensure_run_buckets(
+    js: &jetstream::Context,
+    names: &Names,
+) -> anyhow::Result<RunBuckets> {
+    let open = |bucket: String, max_age: Duration| {
+        let js = js.clone();
+        async move {
+            let store = match js.get_key_value(&bucket).await {
+                Ok(store) => store,
+                Err(_) => js
+                    .create_key_value(jetstream::kv::Config {
+                        bucket: bucket.clone(),
+                        history: 1,
+                        max_age,
+                        storage: stream::StorageType::File,
+                        ..Default::default()
+                    })
+                    .await
+                    .with_context(|| format!("cannot create KV bucket {bucket}"))?,
+            };
+            anyhow::Ok(JsonKv { store })
+        }
+    };
+    Ok(RunBuckets {
+        run_keys: open(names.run_keys_bucket(), RUNS_MAX_AGE).await?,
+        run_status: open(names.run_status_bucket(), RUNS_MAX_AGE).await?,
+        thread_locks: open(names.thread_locks_bucket(), RUN_EVENTS_MAX_AGE).await?,
+    })
+}
+
+/// A KV bucket of JSON values with compare-and-set helpers.
+#[derive(Clone)]
+pub struct JsonKv {
+    store: jetstream::kv::Store,
+}
+
+/// The outcome of [`JsonKv::create`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Created {
+    /// The key did not exist and now holds the value, at this revision.
+    Created(u64),
+    /// The key already exists; nothing was written.
+    Exists,
+}
+
+impl JsonKv {
+    /// The value under `key` and its revision, if the key exists.
+    pub async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> anyhow::Result<Option<(T, u64)>> {
+        use jetstream::kv::Operation;
+        match self.store.entry(key).await? {
+            Some(entry) if entry.operation == Operation::Put => {
+                let value = serde_json::from_slice(&entry.value).with_context(|| {
+                    format!("KV value under {key} is not what this version expects")
+                })?;
+                Ok(Some((value, entry.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `value` under `key` only if the key does not exist (atomic).
+    pub async fn create<T: serde::Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> anyhow::Result<Created> {
+        use jetstream::kv::CreateErrorKind;
+        match self
+            .store
+            .create(key, serde_json::to_vec(value)?.into())
+            .await
+        {
+            Ok(revision) => Ok(Created::Created(revision)),
+            Err(err) if err.kind() == CreateErrorKind::AlreadyExists => Ok(Created::Exists),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Writes `value` under `key` unconditionally.
+    pub async fn put<T: serde::Serialize>(&self, key: &str, value: &T) -> anyhow::Result<u64> {
+        Ok(self
+            .store
+            .put(key, serde_json::to_vec(value)?.into())
+            .await?)
+    }
+
+    /// Writes `value` under `key` if its revision is still `revision`; `None` if it moved on.
+    pub async fn update<T: serde::Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        revision: u64,
+    ) -> anyhow::Result<Option<u64>> {
+        use jetstream::kv::UpdateErrorKind;
+        match self
+            .store
+            .update(key, serde_json::to_vec(value)?.into(), revision)
+            .await
+        {
+            Ok(revision) => Ok(Some(revision)),
+            Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Read-modify-write under compare-and-set, retried until it wins. `change` returns `None`
+    /// to leave the value as it is. Returns the value finally stored, `None` if the key is absent.
+    pub async fn modify<T, F>(&self, key: &str, mut change: F) -> anyhow::Result<Option<T>>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        F: FnMut(&T) -> Option<T>,
+    {
+        loop {
+            let Some((current, revision)) = self.get::<T>(key).await? else {
+                return Ok(None);
+            };
+            let Some(next) = change(&current) else {
+                return Ok(Some(current));
+            };
+            if self.update(key, &next, revision).await?.is_some() {
+                return Ok(Some(next));
+            }
+        }
+    }
+
+    /// Deletes `key` if its revision is still `revision`; a moved-on key is left alone.
+    pub async fn delete_at(&self, key: &str, revision: u64) -> anyhow::Result<()> {
+        match self.store.delete_expect_revision(key, Some(revision)).await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                tracing::debug!(key, error = %err, "KV key changed before delete; left alone");
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes `key`.
+    pub async fn delete(&self, key: &str) -> anyhow::Result<()> {
+        Ok(self.store.delete(key).await?)
+    }
+}
+
+impl RunBuckets {
+    /// Takes the lock of `(owner, thread_id)` for `task_id`. Succeeds if the lock is free, is
+    /// already this task's, or is held by a task that has ended (a worker died before releasing).
+    pub async fn claim_thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        task_id: uuid::Uuid,
+    ) -> anyhow::Result<bool> {
+        use protocol::messaging::{RunStatusRecord, status_key, thread_lock_key};
+        let key = thread_lock_key(owner, thread_id);
+        loop {
+            if self.thread_locks.create(&key, &task_id).await? != Created::Exists {
+                return Ok(true);
+            }
+            let Some((holder, revision)) = self.thread_locks.get::<uuid::Uuid>(&key).await? else {
+                continue; // released meanwhile: try to create again
+            };
+            if holder == task_id {
+                return Ok(true);
+            }
+            let holder_active = self
+                .run_status
+                .get::<RunStatusRecord>(&status_key(holder))
+                .await?
+                .is_some_and(|(record, _)| !record.status.is_terminal());
+            if holder_active {
+                return Ok(false);
+            }
+            if self
+                .thread_locks
+                .update(&key, &task_id, revision)
+                .await?
+                .is_some()
+            {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Releases the lock of `(owner, thread_id)` if `task_id` holds it.
+    pub async fn release_thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        task_id: uuid::Uuid,
+    ) -> anyhow::Result<()> {
+        let key = protocol::messaging::thread_lock_key(owner, thread_id);
+        if let Some((holder, revision)) = self.thread_locks.get::<uuid::Uuid>(&key).await?
+            && holder == task_id
+        {
+            self.thread_locks.delete_at(&key, revision).await?;
+        }
+        Ok(())
+    }
+}

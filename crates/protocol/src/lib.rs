@@ -9,7 +9,9 @@ pub mod agui;
 pub mod error;
 pub mod history;
 pub mod messaging;
+pub mod metadata;
 pub mod run_input;
+pub mod tools;
 pub mod validate;
 
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};

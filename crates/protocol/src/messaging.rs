@@ -101,6 +101,121 @@ impl Names {
     pub fn run_event_subject(&self, task_id: Uuid) -> String {
         format!("{}.runs.events.{task_id}", self.prefix)
     }
+
+    /// Core NATS subject on which a cancel request for one task is broadcast to the workers.
+    pub fn run_cancel_subject(&self, task_id: Uuid) -> String {
+        format!("{}.runs.cancel.{task_id}", self.prefix)
+    }
+
+    /// Subjects of every cancel request.
+    pub fn run_cancel_subjects(&self) -> String {
+        format!("{}.runs.cancel.*", self.prefix)
+    }
+
+    fn bucket(&self, name: &str) -> String {
+        format!(
+            "{}_{name}",
+            self.prefix.to_ascii_uppercase().replace('-', "_")
+        )
+    }
+
+    /// KV bucket of idempotency records: `(owner, threadId, runId)` -> the accepted task.
+    pub fn run_keys_bucket(&self) -> String {
+        self.bucket("RUN_KEYS")
+    }
+
+    /// KV bucket of run status records (`task.<id>`) and run-id lookups (`run.<digest>`).
+    pub fn run_status_bucket(&self) -> String {
+        self.bucket("RUN_STATUS")
+    }
+
+    /// KV bucket of per-thread locks: the task that holds a thread while it runs.
+    pub fn thread_locks_bucket(&self) -> String {
+        self.bucket("THREAD_LOCKS")
+    }
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Accepted, not yet picked up by a worker.
+    Queued,
+    /// A worker is running the agent.
+    Running,
+    /// Ended with `RUN_FINISHED`.
+    Completed,
+    /// Ended with `RUN_ERROR`.
+    Failed,
+    /// Ended because its owner cancelled it.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+/// The status record of one task, kept in [`Names::run_status_bucket`] under `task.<id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStatusRecord {
+    /// Task id.
+    pub task_id: Uuid,
+    /// The run's owner.
+    pub owner: String,
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// Current status.
+    pub status: RunStatus,
+    /// The owner asked to cancel while the run was running.
+    #[serde(default)]
+    pub cancel_requested: bool,
+    /// When the run was accepted.
+    pub created: DateTime<Utc>,
+    /// When the status last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Why the run failed, safe to show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Key of a task's status record.
+pub fn status_key(task_id: Uuid) -> String {
+    format!("task.{task_id}")
+}
+
+/// A fixed-length digest of several fields, each length-prefixed so boundaries cannot shift.
+/// Used for KV keys and message ids, which must never carry raw client ids.
+pub fn digest(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Key of the idempotency record of `(owner, threadId, runId)`.
+pub fn run_key(owner: &str, thread_id: &str, run_id: &str) -> String {
+    format!("k.{}", digest(&[owner, thread_id, run_id]))
+}
+
+/// Key of the lookup from `(owner, runId)` to the latest task with that run id.
+pub fn run_lookup_key(owner: &str, run_id: &str) -> String {
+    format!("run.{}", digest(&[owner, run_id]))
+}
+
+/// Key of the lock on `(owner, threadId)`.
+pub fn thread_lock_key(owner: &str, thread_id: &str) -> String {
+    format!("t.{}", digest(&[owner, thread_id]))
 }
 
 /// An accepted run, as published on [`Names::run_accepted_subject`]. Versioned by `v`.
@@ -163,6 +278,13 @@ mod tests {
         assert!(Names::new("a*").is_err());
         assert!(Names::new("").is_err());
         assert!(Names::new("t-01_x").is_ok());
+    }
+
+    #[test]
+    fn digests_differ_when_a_boundary_moves_between_fields() {
+        assert_ne!(digest(&["ab", "c", "d"]), digest(&["a", "bc", "d"]));
+        assert_eq!(run_key("a", "b", "c"), run_key("a", "b", "c"));
+        assert_ne!(run_key("a", "b", "c"), run_key("a", "b", "d"));
     }
 
     #[test]

@@ -326,3 +326,26 @@ pub struct TaskAcceptedResponse {
     /// When the task was accepted, ISO-8601.
     pub created: DateTime<Utc>,
 }
+
+/// The answer of `GET /api/v1/agent/runs/{runId}` and of its cancel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatusResponse {
+    /// Server-assigned task id.
+    pub task_id: String,
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// `queued`, `running`, `completed`, `failed` or `cancelled`.
+    pub status: crate::messaging::RunStatus,
+    /// The owner asked to cancel and the worker has not stopped yet.
+    pub cancel_requested: bool,
+    /// When the run was accepted.
+    pub created: DateTime<Utc>,
+    /// When the status last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Why the run failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

@@ -92,7 +92,14 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     match &event.event {
         Event::RunStarted { .. } => set_status(&mut tx, event.task_id, "running").await?,
         Event::RunFinished { .. } => set_status(&mut tx, event.task_id, "completed").await?,
-        Event::RunError { .. } => set_status(&mut tx, event.task_id, "failed").await?,
+        Event::RunError { code, .. } => {
+            let status = if code.as_deref() == Some("cancelled") {
+                "cancelled"
+            } else {
+                "failed"
+            };
+            set_status(&mut tx, event.task_id, status).await?;
+        }
         Event::TextMessageStart { message_id, .. } => {
             insert_message(
                 &mut tx,

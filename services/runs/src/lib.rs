@@ -2,7 +2,11 @@
 //! only after the publish is acknowledged.
 
 mod accept;
+mod limit;
 mod routes;
+mod status;
+
+pub use accept::ActiveRunPolicy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +28,12 @@ pub struct Config {
     pub auth: AuthConfig,
     /// NATS connection and names.
     pub nats: NatsConfig,
+    /// What a second run on a busy thread gets (`SB_RUNS_ACTIVE_RUN_POLICY`: `reject` or `enqueue`).
+    pub active_run_policy: ActiveRunPolicy,
+    /// Runs each user may start per minute (`SB_RUNS_RATE_PER_MINUTE`, default 120).
+    pub rate_per_minute: u32,
+    /// Runs each user may start in a burst (`SB_RUNS_RATE_BURST`, default 30).
+    pub rate_burst: u32,
 }
 
 impl Config {
@@ -33,8 +43,22 @@ impl Config {
             addr: env.or("SB_RUNS_ADDR", SocketAddr::from(([127, 0, 0, 1], 8082)))?,
             auth: env.auth()?,
             nats: env.nats()?,
+            active_run_policy: env.or("SB_RUNS_ACTIVE_RUN_POLICY", ActiveRunPolicy::Reject)?,
+            rate_per_minute: positive(env, "SB_RUNS_RATE_PER_MINUTE", 120)?,
+            rate_burst: positive(env, "SB_RUNS_RATE_BURST", 30)?,
         })
     }
+}
+
+fn positive(env: &Env, name: &str, default: u32) -> Result<u32, ConfigError> {
+    let value: u32 = env.or(name, default)?;
+    if value == 0 {
+        return Err(ConfigError::Invalid {
+            name: name.to_owned(),
+            reason: "must be at least 1".to_owned(),
+        });
+    }
+    Ok(value)
 }
 
 /// Shared state of the handlers.
@@ -42,6 +66,8 @@ impl Config {
 pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) accept: Arc<accept::Acceptor>,
+    pub(crate) runs: Arc<status::RunDirectory>,
+    pub(crate) limiter: Arc<limit::PerOwnerLimit>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -60,10 +86,27 @@ impl Application {
     /// Connects to NATS, makes sure the streams exist and binds the listener (port 0 is fine).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
-        let (_client, js) = platform::nats::connect(&config.nats, "runs").await?;
-        platform::nats::ensure_streams(&js, &config.nats.names).await?;
-        let accept = Arc::new(accept::Acceptor::new(js.clone(), config.nats.names.clone()));
-        let state = AppState { auth, accept };
+        let (client, js) = platform::nats::connect(&config.nats, "runs").await?;
+        let names = &config.nats.names;
+        platform::nats::ensure_streams(&js, names).await?;
+        let buckets = platform::nats::ensure_run_buckets(&js, names).await?;
+        let accept = Arc::new(accept::Acceptor::new(
+            js.clone(),
+            names.clone(),
+            buckets.clone(),
+            config.active_run_policy,
+        ));
+        let runs = Arc::new(status::RunDirectory::new(client, names.clone(), buckets));
+        let limiter = Arc::new(limit::PerOwnerLimit::new(
+            config.rate_per_minute,
+            config.rate_burst,
+        ));
+        let state = AppState {
+            auth,
+            accept,
+            runs,
+            limiter,
+        };
         let router = routes::router(state).merge(platform::http::health_routes(vec![(
             "nats",
             platform::nats::probe(js),

@@ -1,12 +1,14 @@
 //! HTTP routes of the runs service: thin handlers that extract, call and wrap.
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use http_body_util::{BodyExt, Limited};
+use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
@@ -14,10 +16,23 @@ use protocol::validate::{MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, 
 
 use crate::AppState;
 use crate::accept::AcceptError;
+use crate::status::status_response;
+
+/// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
+pub(crate) const OPENAPI: &str = include_str!("../openapi.json");
+
+/// Longest run id accepted in a path.
+const MAX_PATH_ID_CHARS: usize = 128;
 
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/v1/agent/runs", post(create_run))
+        .route("/api/v1/agent/runs/{run_id}", get(run_status))
+        .route("/api/v1/agent/runs/{run_id}/cancel", post(cancel_run))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
         .with_state(state)
 }
 
@@ -32,6 +47,16 @@ pub(crate) enum ApiError {
     Invalid(Violation),
     /// 409: the run was accepted before with a different body.
     Conflict,
+    /// 409: another run is still active on the thread (policy `reject`).
+    ThreadBusy,
+    /// 429: the owner started too many runs; retry after the duration.
+    RateLimited(Duration),
+    /// 404: no such run for this owner.
+    NotFound,
+    /// 400: a path id that cannot be a run id.
+    BadId,
+    /// 500: something failed on our side.
+    Internal(anyhow::Error),
     /// 503: NATS did not acknowledge.
     Unavailable(anyhow::Error),
 }
@@ -64,7 +89,34 @@ impl IntoResponse for ApiError {
                 "this runId was already accepted on this thread with a different body",
                 "/runId",
             ),
+            ApiError::ThreadBusy => ErrorResponse::with_field(
+                StatusCode::CONFLICT,
+                ErrorCode::Conflict,
+                "another run is still active on this thread",
+                "/threadId",
+            ),
+            ApiError::RateLimited(wait) => {
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                let mut response = ErrorResponse::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorCode::RateLimited,
+                    format!("too many runs started; retry in {secs} s"),
+                )
+                .into_response();
+                if let Ok(value) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                return response;
+            }
+            ApiError::NotFound => ErrorResponse::not_found("run"),
+            ApiError::BadId => ErrorResponse::with_field(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                "runId exceeds length limit",
+                "runId",
+            ),
             ApiError::Unavailable(err) => ErrorResponse::unavailable(&err),
+            ApiError::Internal(err) => ErrorResponse::internal(&err),
         }
         .into_response()
     }
@@ -84,18 +136,73 @@ async fn create_run(
     let bytes = Limited::new(body, MAX_PAYLOAD_BYTES)
         .collect()
         .await
-        .map_err(|_| ApiError::TooLarge)?
+        .map_err(|err| {
+            if err.is::<LengthLimitError>() {
+                ApiError::TooLarge
+            } else {
+                ApiError::Invalid(Violation {
+                    kind: ViolationKind::Malformed,
+                    field: String::new(),
+                    message: "the request body could not be read".to_owned(),
+                })
+            }
+        })?
         .to_bytes();
     let input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
+    state
+        .limiter
+        .check(owner.as_str())
+        .map_err(ApiError::RateLimited)?;
     let accepted = state
         .accept
         .accept(owner.as_str(), input)
         .await
         .map_err(|err| match err {
             AcceptError::Conflict => ApiError::Conflict,
+            AcceptError::ThreadBusy => ApiError::ThreadBusy,
             AcceptError::Unavailable(e) => ApiError::Unavailable(e),
         })?;
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)))
+}
+
+fn check_path_id(run_id: &str) -> Result<(), ApiError> {
+    if run_id.is_empty() || run_id.chars().count() > MAX_PATH_ID_CHARS {
+        return Err(ApiError::BadId);
+    }
+    Ok(())
+}
+
+/// `GET /api/v1/agent/runs/{runId}`: the caller's run, by run id or task id.
+async fn run_status(
+    State(state): State<AppState>,
+    owner: Owner,
+    Path(run_id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_path_id(&run_id)?;
+    let record = state
+        .runs
+        .find(owner.as_str(), &run_id)
+        .await
+        .map_err(ApiError::Internal)?
+        .ok_or(ApiError::NotFound)?;
+    Ok(axum::Json(status_response(record)))
+}
+
+/// `POST /api/v1/agent/runs/{runId}/cancel`: idempotent; answers the run's status after the
+/// request (already `cancelled` for a queued run, `cancelRequested` for a running one).
+async fn cancel_run(
+    State(state): State<AppState>,
+    owner: Owner,
+    Path(run_id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_path_id(&run_id)?;
+    let record = state
+        .runs
+        .cancel(owner.as_str(), &run_id)
+        .await
+        .map_err(ApiError::Unavailable)?
+        .ok_or(ApiError::NotFound)?;
+    Ok((StatusCode::ACCEPTED, axum::Json(status_response(record))))
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

@@ -1,37 +1,60 @@
-//! The durable pull consumer of accepted runs.
+//! The durable pull consumer of accepted runs, and the run lifecycle around each agent call.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, AckKind, consumer::pull};
+use chrono::Utc;
 use futures::StreamExt;
+use platform::nats::RunBuckets;
 use protocol::agui::Event;
-use protocol::messaging::{Names, RunTask, RunTaskV1, WORKER_CONSUMER};
+use protocol::messaging::{
+    Names, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER, status_key,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+use uuid::Uuid;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, ModelInput};
 use crate::sink::EventSink;
 
 /// How long a run may go without an ack before JetStream redelivers it.
 const ACK_WAIT: Duration = Duration::from_secs(60);
+/// How soon a run waiting for its thread (policy `enqueue`) is offered again.
+const THREAD_BUSY_DELAY: Duration = Duration::from_millis(250);
+
+/// Cancellation tokens of the runs this replica is running, by task id.
+type Running = Arc<Mutex<HashMap<Uuid, CancellationToken>>>;
 
 pub(crate) struct RunConsumer {
     js: jetstream::Context,
+    client: async_nats::Client,
     names: Names,
+    buckets: RunBuckets,
     consumer: jetstream::consumer::Consumer<pull::Config>,
     agent: Arc<dyn Agent>,
     concurrency: usize,
+    running: Running,
+}
+
+enum Processed {
+    /// The run ended (or had ended before): ack.
+    Done,
+    /// Another run holds the thread: offer again later.
+    ThreadBusy,
 }
 
 impl RunConsumer {
     pub(crate) async fn new(
+        client: async_nats::Client,
         js: jetstream::Context,
         names: Names,
         agent: Arc<dyn Agent>,
         concurrency: usize,
     ) -> anyhow::Result<Self> {
+        let buckets = platform::nats::ensure_run_buckets(&js, &names).await?;
         let stream = js.get_stream(names.runs_stream()).await?;
         let consumer = stream
             .get_or_create_consumer(
@@ -48,14 +71,39 @@ impl RunConsumer {
             .context("cannot create the worker consumer")?;
         Ok(Self {
             js,
+            client,
             names,
+            buckets,
             consumer,
             agent,
             concurrency,
+            running: Arc::default(),
         })
     }
 
     pub(crate) async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        // Subscribe to cancels before pulling, so no cancel of a run we start can be missed.
+        let cancels = self
+            .client
+            .subscribe(self.names.run_cancel_subjects())
+            .await
+            .context("cannot subscribe to run cancels")?;
+        let running = Arc::clone(&self.running);
+        let listener = tokio::spawn(
+            cancels
+                .take_until(shutdown.clone().cancelled_owned())
+                .for_each(move |message| {
+                    let running = Arc::clone(&running);
+                    async move {
+                        let task_id = message.subject.rsplit('.').next().and_then(|id| Uuid::try_parse(id).ok());
+                        let token = task_id.and_then(|id| running.lock().ok().and_then(|map| map.get(&id).cloned()));
+                        if let Some(token) = token {
+                            tracing::info!(task.id = ?task_id, "cancel received, stopping the agent");
+                            token.cancel();
+                        }
+                    }
+                }),
+        );
         let messages = self
             .consumer
             .messages()
@@ -70,6 +118,7 @@ impl RunConsumer {
                 }
             })
             .await;
+        listener.abort();
         tracing::info!("worker consumer stopped");
         Ok(())
     }
@@ -89,9 +138,13 @@ impl RunConsumer {
         if let Some(headers) = &message.headers {
             platform::telemetry::adopt_parent(&span, &platform::nats::HeaderExtractor(headers));
         }
-        let outcome = self.process(&task).instrument(span).await;
-        let ack = match outcome {
-            Ok(()) => message.ack().await,
+        let ack = match self.process(&task).instrument(span).await {
+            Ok(Processed::Done) => message.ack().await,
+            Ok(Processed::ThreadBusy) => {
+                message
+                    .ack_with(AckKind::Nak(Some(THREAD_BUSY_DELAY)))
+                    .await
+            }
             Err(err) => {
                 tracing::warn!(task.id = %task.task_id, error = format!("{err:#}"), "run not completed, will be redelivered");
                 message
@@ -104,35 +157,133 @@ impl RunConsumer {
         }
     }
 
-    /// Runs the agent between `RUN_STARTED` and a terminal event. Fails only when events cannot
-    /// be published; an agent failure ends the run with `RUN_ERROR`.
-    async fn process(&self, task: &RunTaskV1) -> anyhow::Result<()> {
-        let mut sink = EventSink::new(self.js.clone(), &self.names, task);
+    /// One run: claim its thread, mark it running, run the agent between `RUN_STARTED` and a
+    /// terminal event, record the outcome, release the thread. Fails only when NATS does.
+    async fn process(&self, task: &RunTaskV1) -> anyhow::Result<Processed> {
+        let key = status_key(task.task_id);
+        let status = self
+            .buckets
+            .run_status
+            .get::<RunStatusRecord>(&key)
+            .await?
+            .map(|(r, _)| r.status);
+        if matches!(status, Some(RunStatus::Completed | RunStatus::Failed)) {
+            return Ok(Processed::Done); // finished before a redelivery
+        }
+        let (owner, thread_id) = (task.owner.as_str(), task.input.thread_id.as_str());
+        if status != Some(RunStatus::Cancelled)
+            && !self
+                .buckets
+                .claim_thread(owner, thread_id, task.task_id)
+                .await?
+        {
+            return Ok(Processed::ThreadBusy);
+        }
+        let token = CancellationToken::new();
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(task.task_id, token.clone());
+        }
+        let outcome = self.run_agent(task, token).await;
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(&task.task_id);
+        }
+        let end = outcome?;
+        self.set_status(task.task_id, end.0, end.1).await?;
+        self.buckets
+            .release_thread(owner, thread_id, task.task_id)
+            .await?;
+        Ok(Processed::Done)
+    }
+
+    async fn run_agent(
+        &self,
+        task: &RunTaskV1,
+        token: CancellationToken,
+    ) -> anyhow::Result<(RunStatus, Option<String>)> {
+        let now = Utc::now();
+        // Queued -> running; a run cancelled while queued stays cancelled.
+        let record = self
+            .buckets
+            .run_status
+            .modify::<RunStatusRecord, _>(&status_key(task.task_id), |r| {
+                (r.status == RunStatus::Queued).then(|| RunStatusRecord {
+                    status: RunStatus::Running,
+                    updated_at: now,
+                    ..r.clone()
+                })
+            })
+            .await?;
+        if record
+            .as_ref()
+            .is_some_and(|r| r.cancel_requested || r.status == RunStatus::Cancelled)
+        {
+            token.cancel();
+        }
+        let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone());
         let (thread_id, run_id) = (task.input.thread_id.clone(), task.input.run_id.clone());
-        sink.emit(Event::RunStarted {
+        sink.finish(Event::RunStarted {
             thread_id: thread_id.clone(),
             run_id: run_id.clone(),
         })
         .await?;
-        match self.agent.run(task, &mut sink).await {
+        let input = ModelInput::new(task);
+        let result = if token.is_cancelled() {
+            Err(crate::sink::Cancelled.into())
+        } else {
+            self.agent.run(&input, &mut sink).await
+        };
+        match result {
             Ok(()) => {
-                sink.emit(Event::RunFinished {
+                sink.finish(Event::RunFinished {
                     thread_id,
                     run_id,
                     result: None,
                 })
                 .await?;
                 tracing::info!("run finished");
+                Ok((RunStatus::Completed, None))
+            }
+            Err(_) if token.is_cancelled() => {
+                sink.finish(Event::RunError {
+                    message: "run cancelled".to_owned(),
+                    code: Some("cancelled".to_owned()),
+                })
+                .await?;
+                tracing::info!("run cancelled");
+                Ok((RunStatus::Cancelled, None))
             }
             Err(err) => {
                 tracing::warn!(error = format!("{err:#}"), "agent failed");
-                sink.emit(Event::RunError {
-                    message: "the agent failed".to_owned(),
+                let message = "the agent failed".to_owned();
+                sink.finish(Event::RunError {
+                    message: message.clone(),
                     code: Some("agent_error".to_owned()),
                 })
                 .await?;
+                Ok((RunStatus::Failed, Some(message)))
             }
         }
+    }
+
+    async fn set_status(
+        &self,
+        task_id: Uuid,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> anyhow::Result<()> {
+        let now = Utc::now();
+        self.buckets
+            .run_status
+            .modify::<RunStatusRecord, _>(&status_key(task_id), |r| {
+                (r.status != status).then(|| RunStatusRecord {
+                    status,
+                    cancel_requested: false,
+                    updated_at: now,
+                    error: error.clone(),
+                    ..r.clone()
+                })
+            })
+            .await?;
         Ok(())
     }
 }

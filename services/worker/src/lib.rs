@@ -3,7 +3,7 @@
 
 pub mod agent;
 mod consumer;
-mod sink;
+pub mod sink;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,9 +61,10 @@ impl Application {
         config: Config,
         agent: Arc<dyn agent::Agent>,
     ) -> anyhow::Result<Self> {
-        let (_client, js) = platform::nats::connect(&config.nats, "worker").await?;
+        let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
         let consumer = consumer::RunConsumer::new(
+            client,
             js.clone(),
             config.nats.names.clone(),
             agent,

@@ -1,19 +1,34 @@
 //! Publishes a run's events in order, each with its per-run sequence number.
 
+use std::time::Duration;
+
 use async_nats::jetstream;
 use chrono::Utc;
 use protocol::agui::Event;
 use protocol::messaging::{Names, RunEventMessage, RunEventV1, RunTaskV1};
+use tokio_util::sync::CancellationToken;
 
-/// Where an agent writes its events. Every event is acknowledged by JetStream before the next.
+/// The run was cancelled by its owner; returned by [`EventSink::emit`] and [`EventSink::pause`].
+#[derive(Debug, thiserror::Error)]
+#[error("run cancelled")]
+pub struct Cancelled;
+
+/// Where an agent writes its events. Every event is acknowledged by JetStream before the next,
+/// and the sequence number advances only after the ack, so the log never has a gap.
 pub struct EventSink {
     js: jetstream::Context,
     subject: String,
     template: RunEventV1,
+    cancel: CancellationToken,
 }
 
 impl EventSink {
-    pub(crate) fn new(js: jetstream::Context, names: &Names, task: &RunTaskV1) -> Self {
+    pub(crate) fn new(
+        js: jetstream::Context,
+        names: &Names,
+        task: &RunTaskV1,
+        cancel: CancellationToken,
+    ) -> Self {
         Self {
             js,
             subject: names.run_event_subject(task.task_id),
@@ -29,27 +44,55 @@ impl EventSink {
                     run_id: String::new(),
                 },
             },
+            cancel,
         }
     }
 
-    /// Publishes `event` as the run's next event and waits for the ack. The message id is
-    /// `<task>:<seq>`, so a run replayed after a crash does not duplicate what was stored.
+    /// Publishes `event` as the run's next event and waits for the ack; refuses with
+    /// [`Cancelled`] once the run is cancelled. Cancellation is checked before publishing, never
+    /// during, so an event is either stored with its number or not sent at all.
     pub async fn emit(&mut self, event: Event) -> anyhow::Result<()> {
-        self.template.seq += 1;
+        if self.cancel.is_cancelled() {
+            return Err(Cancelled.into());
+        }
+        self.publish(event).await
+    }
+
+    /// Waits `duration` unless the run is cancelled first.
+    pub async fn pause(&self, duration: Duration) -> anyhow::Result<()> {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => Ok(()),
+            () = self.cancel.cancelled() => Err(Cancelled.into()),
+        }
+    }
+
+    /// Whether the owner cancelled the run.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Publishes a terminal event even after cancellation.
+    pub(crate) async fn finish(&mut self, event: Event) -> anyhow::Result<()> {
+        self.publish(event).await
+    }
+
+    /// The message id is `<task>:<seq>`, so a run replayed after a crash does not duplicate
+    /// what was stored.
+    async fn publish(&mut self, event: Event) -> anyhow::Result<()> {
+        let seq = self.template.seq + 1;
         let message = RunEventMessage::V1(RunEventV1 {
+            seq,
             emitted_at: Utc::now(),
             event,
             ..self.template.clone()
         });
         let payload = serde_json::to_vec(&message)?;
-        let headers = platform::nats::publish_headers(&format!(
-            "{}:{}",
-            self.template.task_id, self.template.seq
-        ));
+        let headers = platform::nats::publish_headers(&format!("{}:{seq}", self.template.task_id));
         self.js
             .publish_with_headers(self.subject.clone(), headers, payload.into())
             .await?
             .await?;
+        self.template.seq = seq;
         Ok(())
     }
 }
