@@ -1,7 +1,11 @@
 //! Golden vectors: every JSON example of `agent-run-input-protocol.md` and
 //! `agent-chat-messages-protocol.md`, extracted verbatim into `tests/vectors/`, parses into its
 //! type and serialises back to the same JSON.
-#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers fail loudly, naming the vector")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers fail loudly, naming the vector"
+)]
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
