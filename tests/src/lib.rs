@@ -28,6 +28,9 @@ pub struct Urls {
     pub worker: String,
 }
 
+/// Secret the test platform verifies Supabase-style signed-URL tokens with.
+pub const SUPABASE_SECRET: &str = "supabase-test-secret-0123456789abcdef";
+
 /// Settings a test may change from the defaults.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -55,6 +58,10 @@ pub struct TestPlatform {
     pub urls: Urls,
     /// The NATS names this platform uses (its own prefix).
     pub nats: platform::nats::NatsConfig,
+    /// URL of the attachments service's database.
+    pub attachments_db: secrecy::SecretString,
+    /// URL of the history service's database.
+    pub history_db: secrecy::SecretString,
     /// Infrastructure and token minting.
     pub infra: Infra,
     /// HTTP client.
@@ -89,8 +96,10 @@ impl TestPlatform {
         let attachments = attachments::Application::build(attachments::Config {
             addr: any_port(),
             auth: infra.auth(),
-            database_url: attachments_db,
+            database_url: attachments_db.clone(),
             s3: infra.fresh_s3(),
+            nats: nats.clone(),
+            supabase_jwt_secret: Some(secrecy::SecretString::from(SUPABASE_SECRET)),
         })
         .await?;
         let runs = runs::Application::build(runs::Config {
@@ -106,7 +115,7 @@ impl TestPlatform {
             addr: any_port(),
             auth: infra.auth(),
             nats: nats.clone(),
-            database_url: history_db,
+            database_url: history_db.clone(),
         })
         .await?;
         let worker = worker::Application::build(worker::Config {
@@ -129,10 +138,59 @@ impl TestPlatform {
         Ok(Self {
             urls,
             nats,
+            attachments_db,
+            history_db,
             infra,
             http: reqwest::Client::new(),
             shutdown,
         })
+    }
+}
+
+impl TestPlatform {
+    /// Records a file in the attachments service's table, as an upload would (fixture).
+    pub async fn insert_file(
+        &self,
+        owner: &str,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        status: &str,
+    ) -> anyhow::Result<()> {
+        let pool = sqlx::PgPool::connect(self.attachments_db.expose_secret()).await?;
+        sqlx::query(
+            "INSERT INTO attachments.files (id, owner, bucket, object_key, file_name, content_type, size_bytes, status)
+             VALUES ($1, $2, $3, $4, $5, $6, 1024, $7)",
+        )
+        .bind(uuid::Uuid::now_v7())
+        .bind(owner)
+        .bind(bucket)
+        .bind(key)
+        .bind(key.rsplit('/').next().unwrap_or(key))
+        .bind(content_type)
+        .bind(status)
+        .execute(&pool)
+        .await?;
+        pool.close().await;
+        Ok(())
+    }
+
+    /// The stored `metadata` of the message `message_id` in `thread_id`, read from history's table.
+    pub async fn message_metadata(
+        &self,
+        thread_id: &str,
+        message_id: &str,
+    ) -> anyhow::Result<Value> {
+        let pool = sqlx::PgPool::connect(self.history_db.expose_secret()).await?;
+        let metadata: Value = sqlx::query_scalar(
+            "SELECT metadata FROM history.messages WHERE thread_id = $1 AND message_id = $2",
+        )
+        .bind(thread_id)
+        .bind(message_id)
+        .fetch_one(&pool)
+        .await?;
+        pool.close().await;
+        Ok(metadata)
     }
 }
 

@@ -1,4 +1,5 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
 
+mod admission;
 mod first_run;
 mod run_contract;

@@ -113,8 +113,6 @@ pub fn probe(js: jetstream::Context) -> Probe {
 /// The KV buckets of the run lifecycle.
 #[derive(Clone)]
 pub struct RunBuckets {
-    /// Idempotency records: `(owner, threadId, runId)` -> accepted task.
-    pub run_keys: JsonKv,
     /// Status records and run-id lookups.
     pub run_status: JsonKv,
     /// Per-thread locks held by running tasks.
@@ -146,7 +144,6 @@ pub async fn ensure_run_buckets(
         }
     };
     Ok(RunBuckets {
-        run_keys: open(names.run_keys_bucket(), RUNS_MAX_AGE).await?,
         run_status: open(names.run_status_bucket(), RUNS_MAX_AGE).await?,
         thread_locks: open(names.thread_locks_bucket(), RUN_EVENTS_MAX_AGE).await?,
     })
@@ -267,44 +264,92 @@ impl JsonKv {
     }
 }
 
+/// The value of a thread lock: which run holds the thread, and since when.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ThreadLock {
+    /// The holding task.
+    pub task_id: uuid::Uuid,
+    /// RUNS subject of the holding run (where its task is, once published).
+    pub subject: String,
+    /// When the lock was taken.
+    pub claimed_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// How long a claim whose task is not in the RUNS stream yet counts as active (publish in flight).
+const CLAIM_GRACE: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
+/// The outcome of [`RunBuckets::claim_thread`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The thread is held for this task now.
+    Claimed,
+    /// A concurrent request for the same run holds it: publish, and let JetStream decide.
+    SameRun,
+    /// Another run is active on the thread.
+    Busy,
+}
+
 impl RunBuckets {
-    /// Takes the lock of `(owner, thread_id)` for `task_id`. Succeeds if the lock is free, is
-    /// already this task's, or is held by a task that has ended (a worker died before releasing).
+    /// Takes the lock of `(owner, thread_id)` for `task_id`, whose run lives on `subject`.
+    /// A lock held by a run that ended (or whose task never reached the stream) is taken over.
     pub async fn claim_thread(
         &self,
+        runs: &stream::Stream,
         owner: &str,
         thread_id: &str,
         task_id: uuid::Uuid,
-    ) -> anyhow::Result<bool> {
-        use protocol::messaging::{RunStatusRecord, status_key, thread_lock_key};
+        subject: &str,
+    ) -> anyhow::Result<Claim> {
+        use protocol::messaging::thread_lock_key;
         let key = thread_lock_key(owner, thread_id);
+        let mine = ThreadLock {
+            task_id,
+            subject: subject.to_owned(),
+            claimed_at: chrono::Utc::now(),
+        };
         loop {
-            if self.thread_locks.create(&key, &task_id).await? != Created::Exists {
-                return Ok(true);
+            if self.thread_locks.create(&key, &mine).await? != Created::Exists {
+                return Ok(Claim::Claimed);
             }
-            let Some((holder, revision)) = self.thread_locks.get::<uuid::Uuid>(&key).await? else {
+            let Some((holder, revision)) = self.thread_locks.get::<ThreadLock>(&key).await? else {
                 continue; // released meanwhile: try to create again
             };
-            if holder == task_id {
-                return Ok(true);
+            if holder.task_id == task_id {
+                return Ok(Claim::Claimed);
             }
-            let holder_active = self
-                .run_status
-                .get::<RunStatusRecord>(&status_key(holder))
-                .await?
-                .is_some_and(|(record, _)| !record.status.is_terminal());
-            if holder_active {
-                return Ok(false);
+            let stored = stored_task_id(runs, &holder.subject).await?;
+            if holder.subject == subject && stored != Some(task_id) {
+                return Ok(Claim::SameRun);
+            }
+            if self.holds_active(&holder, stored).await? {
+                return Ok(Claim::Busy);
             }
             if self
                 .thread_locks
-                .update(&key, &task_id, revision)
+                .update(&key, &mine, revision)
                 .await?
                 .is_some()
             {
-                return Ok(true);
+                return Ok(Claim::Claimed);
             }
         }
+    }
+
+    async fn holds_active(
+        &self,
+        holder: &ThreadLock,
+        stored: Option<uuid::Uuid>,
+    ) -> anyhow::Result<bool> {
+        use protocol::messaging::{RunStatusRecord, status_key};
+        if let Some((record, _)) = self
+            .run_status
+            .get::<RunStatusRecord>(&status_key(holder.task_id))
+            .await?
+        {
+            return Ok(!record.status.is_terminal());
+        }
+        // No status yet: queued if its task is in the stream, or still being published.
+        Ok(stored == Some(holder.task_id) || chrono::Utc::now() - holder.claimed_at < CLAIM_GRACE)
     }
 
     /// Releases the lock of `(owner, thread_id)` if `task_id` holds it.
@@ -315,11 +360,36 @@ impl RunBuckets {
         task_id: uuid::Uuid,
     ) -> anyhow::Result<()> {
         let key = protocol::messaging::thread_lock_key(owner, thread_id);
-        if let Some((holder, revision)) = self.thread_locks.get::<uuid::Uuid>(&key).await?
-            && holder == task_id
+        if let Some((holder, revision)) = self.thread_locks.get::<ThreadLock>(&key).await?
+            && holder.task_id == task_id
         {
             self.thread_locks.delete_at(&key, revision).await?;
         }
         Ok(())
+    }
+}
+
+/// The task id stored on a RUNS subject, if any.
+async fn stored_task_id(
+    runs: &stream::Stream,
+    subject: &str,
+) -> anyhow::Result<Option<uuid::Uuid>> {
+    Ok(stored_task(runs, subject).await?.map(|task| task.task_id))
+}
+
+/// The task stored on a RUNS `subject` (or the latest on a wildcard subject), if any.
+pub async fn stored_task(
+    runs: &stream::Stream,
+    subject: &str,
+) -> anyhow::Result<Option<protocol::messaging::RunTaskV1>> {
+    use protocol::messaging::RunTask;
+    use stream::LastRawMessageErrorKind;
+    match runs.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => {
+            let RunTask::V1(task) = serde_json::from_slice(&message.payload)?;
+            Ok(Some(task))
+        }
+        Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(err) => Err(err.into()),
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod agui;
 pub mod error;
+pub mod files;
 pub mod history;
 pub mod messaging;
 pub mod metadata;

@@ -15,6 +15,9 @@ pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// Header carrying the W3C trace context.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
 
+/// Queue group of the attachments service's request/reply endpoints (one replica answers).
+pub const ATTACHMENTS_QUEUE: &str = "attachments";
+
 /// Durable consumer of accepted runs used by the worker.
 pub const WORKER_CONSUMER: &str = "worker";
 /// Durable consumer of accepted runs used by history (persists the user message).
@@ -79,9 +82,27 @@ impl Names {
         format!("{}.runs.accepted.>", self.prefix)
     }
 
-    /// Subject of one accepted task.
-    pub fn run_accepted_subject(&self, task_id: Uuid) -> String {
-        format!("{}.runs.accepted.{task_id}", self.prefix)
+    /// Subject of the run `(owner, threadId, runId)`. One run, one subject: the RUNS stream is
+    /// its own idempotency record (a publish expecting no earlier message on the subject is the
+    /// atomic "create"), for as long as the stream keeps it.
+    pub fn run_accepted_subject(&self, owner: &str, thread_id: &str, run_id: &str) -> String {
+        format!(
+            "{}.runs.accepted.{}.{}.{}",
+            self.prefix,
+            short_digest(owner),
+            short_digest(run_id),
+            short_digest(thread_id)
+        )
+    }
+
+    /// Subjects of every run `runId` of `owner`, on any thread (for lookups by run id).
+    pub fn run_accepted_pattern(&self, owner: &str, run_id: &str) -> String {
+        format!(
+            "{}.runs.accepted.{}.{}.*",
+            self.prefix,
+            short_digest(owner),
+            short_digest(run_id)
+        )
     }
 
     /// Stream of run events (every event of every run, in per-run order).
@@ -112,6 +133,11 @@ impl Names {
         format!("{}.runs.cancel.*", self.prefix)
     }
 
+    /// Request/reply subject of the attachments service's resolve endpoint.
+    pub fn attachments_resolve_subject(&self) -> String {
+        format!("{}.attachments.resolve", self.prefix)
+    }
+
     fn bucket(&self, name: &str) -> String {
         format!(
             "{}_{name}",
@@ -119,12 +145,8 @@ impl Names {
         )
     }
 
-    /// KV bucket of idempotency records: `(owner, threadId, runId)` -> the accepted task.
-    pub fn run_keys_bucket(&self) -> String {
-        self.bucket("RUN_KEYS")
-    }
-
-    /// KV bucket of run status records (`task.<id>`) and run-id lookups (`run.<digest>`).
+    /// KV bucket of run status records (`task.<id>`), written once a worker or a cancel
+    /// touches the run; a run without one is queued.
     pub fn run_status_bucket(&self) -> String {
         self.bucket("RUN_STATUS")
     }
@@ -203,14 +225,9 @@ pub fn digest(parts: &[&str]) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// Key of the idempotency record of `(owner, threadId, runId)`.
-pub fn run_key(owner: &str, thread_id: &str, run_id: &str) -> String {
-    format!("k.{}", digest(&[owner, thread_id, run_id]))
-}
-
-/// Key of the lookup from `(owner, runId)` to the latest task with that run id.
-pub fn run_lookup_key(owner: &str, run_id: &str) -> String {
-    format!("run.{}", digest(&[owner, run_id]))
+/// 128-bit hex digest of one field, used as a subject token (never the raw client id).
+fn short_digest(part: &str) -> String {
+    digest(&[part])[..32].to_owned()
 }
 
 /// Key of the lock on `(owner, threadId)`.
@@ -236,8 +253,11 @@ pub struct RunTaskV1 {
     pub owner: String,
     /// When the run was accepted.
     pub accepted_at: DateTime<Utc>,
-    /// The validated input.
+    /// The validated input; attachment URLs already rewritten to `s3://bucket/path`.
     pub input: RunAgentInput,
+    /// The user message's files, as the attachments service resolved them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::metadata::UserMessageAttachments>,
 }
 
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.
@@ -283,8 +303,16 @@ mod tests {
     #[test]
     fn digests_differ_when_a_boundary_moves_between_fields() {
         assert_ne!(digest(&["ab", "c", "d"]), digest(&["a", "bc", "d"]));
-        assert_eq!(run_key("a", "b", "c"), run_key("a", "b", "c"));
-        assert_ne!(run_key("a", "b", "c"), run_key("a", "b", "d"));
+        let names = Names::new("p").unwrap_or_else(|_| unreachable!());
+        let subject = names.run_accepted_subject("alice", "t1", "r1");
+        assert_eq!(subject, names.run_accepted_subject("alice", "t1", "r1"));
+        assert_ne!(subject, names.run_accepted_subject("alice", "t1", "r2"));
+        assert_ne!(subject, names.run_accepted_subject("bob", "t1", "r1"));
+        let pattern = names.run_accepted_pattern("alice", "r1");
+        assert!(
+            subject.starts_with(pattern.trim_end_matches('*')),
+            "{subject} matches {pattern}"
+        );
     }
 
     #[test]

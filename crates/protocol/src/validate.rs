@@ -269,6 +269,132 @@ mod tests {
         );
     }
 
+    /// One failing vector per rule of the seed: (what, body change, field, exact message).
+    #[test]
+    fn every_rule_has_a_failing_vector_with_its_exact_message() {
+        let user_blocks = |blocks: Value| json!([{"id": "u", "role": "user", "content": blocks}]);
+        type Change = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(&str, Change, &str, &str)> = vec![
+            (
+                "thread id",
+                Box::new(|v| v["threadId"] = json!("not-a-uuid")),
+                "/threadId",
+                messages::THREAD_ID_UUID,
+            ),
+            (
+                "run id",
+                Box::new(|v| v["runId"] = json!("r".repeat(129))),
+                "/runId",
+                messages::RUN_ID_LENGTH,
+            ),
+            (
+                "201 messages",
+                Box::new(|v| {
+                    let mut m = vec![json!({"id": "u", "role": "user", "content": "hi"})];
+                    m.extend((0..200).map(
+                        |i| json!({"id": format!("a{i}"), "role": "assistant", "content": "x"}),
+                    ));
+                    v["messages"] = json!(m);
+                }),
+                "/messages",
+                messages::MESSAGES_LIMIT,
+            ),
+            (
+                "no user",
+                Box::new(|v| v["messages"] = json!([])),
+                "/messages",
+                messages::EXACTLY_ONE_USER,
+            ),
+            (
+                "user second",
+                Box::new(|v| {
+                    v["messages"] = json!([{"id": "a", "role": "assistant", "content": "x"},
+                                           {"id": "u", "role": "user", "content": "hi"}])
+                }),
+                "/messages/0/role",
+                messages::FIRST_IS_USER,
+            ),
+            (
+                "long text",
+                Box::new(|v| v["messages"][0]["content"] = json!("字".repeat(10_001))),
+                "/messages/0/content",
+                messages::USER_TEXT_LIMIT,
+            ),
+            (
+                "long text in blocks",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(json!([{"type": "text", "text": "a".repeat(5_000)},
+                                                       {"type": "text", "text": "b".repeat(5_000)}]))
+                }),
+                "/messages/0/content",
+                messages::USER_TEXT_LIMIT,
+            ),
+            (
+                "binary not image",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(
+                        json!([{"type": "binary", "mimeType": "application/pdf", "url": "https://x/y"}]),
+                    )
+                }),
+                "/messages/0/content/0/mimeType",
+                messages::BINARY_IMAGE_MIME,
+            ),
+            (
+                "binary without url",
+                Box::new(move |v| {
+                    v["messages"] =
+                        user_blocks(json!([{"type": "binary", "mimeType": "image/png"}]))
+                }),
+                "/messages/0/content/0/url",
+                messages::BINARY_URL,
+            ),
+            (
+                "binary with data",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(json!([{"type": "text", "text": "see"},
+                        {"type": "binary", "mimeType": "image/png", "url": "https://x/y", "data": "aGk="}]))
+                }),
+                "/messages/0/content/1/data",
+                messages::BINARY_DATA,
+            ),
+            (
+                "image part with inline data",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(
+                        json!([{"type": "image", "source": {"type": "data", "value": "aGk=", "mimeType": "image/png"}}]),
+                    )
+                }),
+                "/messages/0/content/0/source",
+                messages::BINARY_DATA,
+            ),
+        ];
+        for (what, change, field, message) in cases {
+            let mut input = valid();
+            change(&mut input);
+            assert_eq!(violation(&input), Violation::rule(field, message), "{what}");
+        }
+    }
+
+    #[test]
+    fn every_role_of_the_seed_and_agui_url_parts_are_accepted() {
+        let mut input = valid();
+        input["messages"] = json!([
+            {"id": "u", "role": "user", "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image", "source": {"type": "url", "value": "https://x/y.png", "mimeType": "image/png"}},
+                {"type": "document", "source": {"type": "url", "value": "https://x/y.pdf"}}]},
+            {"id": "a", "role": "assistant", "toolCalls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"id": "t", "role": "tool", "content": "42", "toolCallId": "c"},
+            {"id": "s", "role": "system", "content": "be brief"},
+            {"id": "d", "role": "developer", "content": "debug"},
+            {"id": "r", "role": "reasoning", "content": "thinking"},
+            {"id": "p", "role": "activity", "activityType": "progress", "content": {"pct": 50}}
+        ]);
+        let parsed = parse_run_input(&body(&input));
+        assert!(parsed.is_ok(), "{parsed:?}");
+        assert_eq!(serde_json::to_value(parsed.ok()).unwrap_or_default(), input);
+    }
+
     #[test]
     fn a_body_over_256_kib_is_refused_before_parsing() {
         let oversized = vec![b' '; MAX_PAYLOAD_BYTES + 1];

@@ -1,7 +1,10 @@
 //! The attachments service: owns the file records (its own schema) and the S3 bucket.
 //!
-//! This first version brings up its dependencies and health; the upload, download, delete and
-//! NATS request/reply endpoints arrive with their own issue (TODO(#4)).
+//! This version answers the NATS resolve endpoint the runs service admits attachments with;
+//! upload, download and delete arrive with their own issue (TODO(#4)).
+
+mod resolve;
+mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use anyhow::Context as _;
 use axum::extract::FromRef;
 use platform::auth::{AuthConfig, Authenticator};
 use platform::config::{ConfigError, Env};
+use platform::nats::NatsConfig;
 use platform::s3::S3Config;
 use secrecy::SecretString;
 use sqlx::PgPool;
@@ -31,6 +35,11 @@ pub struct Config {
     pub database_url: SecretString,
     /// Object storage.
     pub s3: S3Config,
+    /// NATS connection and names (request/reply endpoints).
+    pub nats: NatsConfig,
+    /// Secret of Supabase-style signed URLs; their tokens are verified when set
+    /// (`SB_ATTACHMENTS_SUPABASE_JWT_SECRET`).
+    pub supabase_jwt_secret: Option<SecretString>,
 }
 
 impl Config {
@@ -44,6 +53,10 @@ impl Config {
             auth: env.auth()?,
             database_url: env.secret("SB_ATTACHMENTS_DATABASE_URL")?,
             s3: S3Config::from_env(env)?,
+            nats: env.nats()?,
+            supabase_jwt_secret: env
+                .raw("SB_ATTACHMENTS_SUPABASE_JWT_SECRET")
+                .map(|s| SecretString::from(s.to_owned())),
         })
     }
 }
@@ -66,6 +79,9 @@ impl FromRef<AppState> for Arc<Authenticator> {
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
+    resolver: resolve::Resolver,
+    client: async_nats::Client,
+    names: protocol::messaging::Names,
 }
 
 impl Application {
@@ -76,10 +92,16 @@ impl Application {
             platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
         let s3 = platform::s3::client(&config.s3);
         platform::s3::ensure_bucket(&s3, &config.s3.bucket).await?;
+        let (client, js) = platform::nats::connect(&config.nats, "attachments").await?;
         let probes = vec![
             ("postgres", platform::db::probe(pool.clone())),
             ("s3", platform::s3::probe(s3, config.s3.bucket.clone())),
+            ("nats", platform::nats::probe(js)),
         ];
+        let resolver = resolve::Resolver {
+            pool: pool.clone(),
+            supabase_secret: config.supabase_jwt_secret.clone(),
+        };
         let state = AppState { auth, pool };
         let router = axum::Router::new()
             .with_state(state)
@@ -87,7 +109,13 @@ impl Application {
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.addr))?;
-        Ok(Self { listener, router })
+        Ok(Self {
+            listener,
+            router,
+            resolver,
+            client,
+            names: config.nats.names,
+        })
     }
 
     /// The bound port.
@@ -100,8 +128,10 @@ impl Application {
 
     /// Serves until `shutdown` is cancelled.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        platform::http::serve(self.listener, self.router, shutdown)
-            .await
-            .context("attachments HTTP server failed")
+        let http = platform::http::serve(self.listener, self.router, shutdown.clone());
+        let resolver = self.resolver.serve(self.client, self.names, shutdown);
+        let (http, resolved) = tokio::join!(http, resolver);
+        http.context("attachments HTTP server failed")?;
+        resolved
     }
 }

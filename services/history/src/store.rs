@@ -42,11 +42,19 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
         tx.commit().await?;
         return Ok(Outcome::Written);
     };
-    let metadata = json!({
+    let mut metadata = json!({
         "run_id": task.input.run_id,
         "message_id": user.id,
         "stage": "input",
     });
+    // The seed's `user_message_attachments` is one object: the first file. A message may carry
+    // up to three, so all of them are kept in `user_message_attachment_list` too.
+    if let Some(first) = task.attachments.first() {
+        metadata["user_message_attachments"] = json!(first);
+        if task.attachments.len() > 1 {
+            metadata["user_message_attachment_list"] = json!(task.attachments);
+        }
+    }
     insert_message(
         &mut tx,
         NewMessage {

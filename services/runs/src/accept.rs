@@ -1,23 +1,27 @@
 //! Acceptance of a validated run, idempotent per `(owner, threadId, runId)`.
 //!
-//! 1. The idempotency record is created atomically in KV (`create` fails if it exists), so of
-//!    any number of concurrent duplicates exactly one mints the task id; the others adopt it.
-//! 2. Under the `reject` policy the thread's lock is claimed for the task (409 if another run is
-//!    still active on the thread); under `enqueue` the worker serialises runs per thread.
-//! 3. The task is published with its task id as JetStream message id, so a duplicate that
-//!    publishes again is dropped by the server: one task, one message.
-//! 4. Only after the publish ack is the record marked published and the client answered 202.
+//! Every run has its own subject in the RUNS stream, and the stream message *is* the
+//! idempotency record. A new run is published expecting no earlier message on its subject
+//! (`Nats-Expected-Last-Subject-Sequence: 0`), which JetStream checks atomically; the message
+//! id repeats the subject, so a concurrent duplicate is also dropped inside the duplicate window.
+//! Whichever way JetStream refuses the second publish, the stored task is read back and the
+//! caller gets the original answer (same body) or 409 (different body). So: one JetStream write
+//! per accepted run, any number of duplicates make one task and one message, and a retry is
+//! recognised for as long as the stream keeps the run (7 days).
+//!
+//! Under the `reject` policy the thread's lock is claimed first (one more write, in KV); under
+//! `enqueue` the worker serialises runs per thread.
 
-use async_nats::jetstream;
-use chrono::{DateTime, Utc};
-use platform::nats::{Created, RunBuckets};
-use protocol::messaging::{
-    Names, RunStatus, RunStatusRecord, RunTask, RunTaskV1, run_key, run_lookup_key, status_key,
-};
+use async_nats::jetstream::{self, context::PublishErrorKind};
+use chrono::Utc;
+use platform::nats::{Claim, RunBuckets, stored_task};
+use protocol::messaging::{Names, RunTask, RunTaskV1};
+use protocol::metadata::UserMessageAttachments;
 use protocol::{RunAgentInput, TaskAcceptedResponse};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
+
+/// Header that makes a publish conditional on the subject's last sequence.
+const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 
 /// What to do with a new run on a thread whose previous run is still active.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,19 +57,10 @@ pub(crate) enum AcceptError {
     Unavailable(#[from] anyhow::Error),
 }
 
-/// The idempotency record of one `(owner, threadId, runId)`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct AcceptedRecord {
-    owner: String,
-    task_id: Uuid,
-    accepted_at: DateTime<Utc>,
-    body_sha256: String,
-    published: bool,
-}
-
 /// Publishes accepted runs.
 pub(crate) struct Acceptor {
     js: jetstream::Context,
+    runs: jetstream::stream::Stream,
     names: Names,
     buckets: RunBuckets,
     policy: ActiveRunPolicy,
@@ -74,12 +69,14 @@ pub(crate) struct Acceptor {
 impl Acceptor {
     pub(crate) fn new(
         js: jetstream::Context,
+        runs: jetstream::stream::Stream,
         names: Names,
         buckets: RunBuckets,
         policy: ActiveRunPolicy,
     ) -> Self {
         Self {
             js,
+            runs,
             names,
             buckets,
             policy,
@@ -92,107 +89,81 @@ impl Acceptor {
         &self,
         owner: &str,
         input: RunAgentInput,
+        attachments: Vec<UserMessageAttachments>,
     ) -> Result<TaskAcceptedResponse, AcceptError> {
-        let body_sha256 = hex::encode(Sha256::digest(
-            serde_json::to_vec(&input).map_err(anyhow::Error::from)?,
-        ));
-        let key = run_key(owner, &input.thread_id, &input.run_id);
-        let (record, created_here) = self.record(&key, owner, body_sha256.clone()).await?;
-        if record.owner != owner || record.body_sha256 != body_sha256 {
-            return Err(AcceptError::Conflict);
-        }
+        let subject = self
+            .names
+            .run_accepted_subject(owner, &input.thread_id, &input.run_id);
         let task = RunTaskV1 {
-            task_id: record.task_id,
+            task_id: Uuid::now_v7(),
             owner: owner.to_owned(),
-            accepted_at: record.accepted_at,
+            accepted_at: Utc::now(),
             input,
+            attachments,
         };
-        if record.published {
-            tracing::info!(task.id = %task.task_id, "retried run request answered with the original task");
+        let thread_id = task.input.thread_id.as_str();
+        if self.policy == ActiveRunPolicy::Reject {
+            // A retry must get its original answer, not "thread busy" from its own run.
+            if let Some(original) = stored_task(&self.runs, &subject).await? {
+                return answer_retry(&task, original);
+            }
+            let claim = self
+                .buckets
+                .claim_thread(&self.runs, owner, thread_id, task.task_id, &subject)
+                .await?;
+            if claim == Claim::Busy {
+                return Err(AcceptError::ThreadBusy);
+            }
+        }
+        if self.publish(&subject, &task).await? {
+            tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
             return Ok(response(&task));
         }
-        if self.policy == ActiveRunPolicy::Reject
-            && !self
-                .buckets
-                .claim_thread(owner, &task.input.thread_id, task.task_id)
-                .await?
-        {
-            if created_here {
-                self.buckets.run_keys.delete(&key).await?;
-            }
-            return Err(AcceptError::ThreadBusy);
+        if self.policy == ActiveRunPolicy::Reject {
+            self.buckets
+                .release_thread(owner, thread_id, task.task_id)
+                .await?;
         }
-        let now = Utc::now();
-        let status = RunStatusRecord {
-            task_id: task.task_id,
-            owner: owner.to_owned(),
-            thread_id: task.input.thread_id.clone(),
-            run_id: task.input.run_id.clone(),
-            status: RunStatus::Queued,
-            cancel_requested: false,
-            created: task.accepted_at,
-            updated_at: now,
-            error: None,
-        };
-        self.buckets
-            .run_status
-            .create(&status_key(task.task_id), &status)
-            .await?;
-        self.buckets
-            .run_status
-            .put(&run_lookup_key(owner, &task.input.run_id), &task.task_id)
-            .await?;
-        self.publish(&task).await?;
-        self.buckets
-            .run_keys
-            .modify::<AcceptedRecord, _>(&key, |r| {
-                (!r.published).then(|| AcceptedRecord {
-                    published: true,
-                    ..r.clone()
-                })
-            })
-            .await?;
-        tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
-        Ok(response(&task))
-    }
-
-    /// The idempotency record under `key`: created now, or the one a previous request made.
-    async fn record(
-        &self,
-        key: &str,
-        owner: &str,
-        body_sha256: String,
-    ) -> anyhow::Result<(AcceptedRecord, bool)> {
-        let fresh = AcceptedRecord {
-            owner: owner.to_owned(),
-            task_id: Uuid::now_v7(),
-            accepted_at: Utc::now(),
-            body_sha256,
-            published: false,
-        };
-        loop {
-            if let Created::Created(_) = self.buckets.run_keys.create(key, &fresh).await? {
-                return Ok((fresh, true));
-            }
-            if let Some((existing, _)) = self.buckets.run_keys.get::<AcceptedRecord>(key).await? {
-                return Ok((existing, false));
-            }
-            // Deleted between our create and get (a rejected duplicate cleaned up): try again.
-        }
-    }
-
-    async fn publish(&self, task: &RunTaskV1) -> anyhow::Result<()> {
-        let payload = serde_json::to_vec(&RunTask::V1(task.clone()))?;
-        let headers = platform::nats::publish_headers(&task.task_id.to_string());
-        self.js
-            .publish_with_headers(
-                self.names.run_accepted_subject(task.task_id),
-                headers,
-                payload.into(),
-            )
+        let original = stored_task(&self.runs, &subject)
             .await?
-            .await?;
-        Ok(())
+            .ok_or_else(|| anyhow::anyhow!("JetStream refused a duplicate run it does not hold"))?;
+        answer_retry(&task, original)
+    }
+
+    /// Publishes the task if its subject is empty. `false`: a run is already stored there.
+    async fn publish(&self, subject: &str, task: &RunTaskV1) -> anyhow::Result<bool> {
+        let payload = serde_json::to_vec(&RunTask::V1(task.clone()))?;
+        let msg_id = subject
+            .rsplit_once(".runs.accepted.")
+            .map_or(subject, |(_, ids)| ids);
+        let mut headers = platform::nats::publish_headers(msg_id);
+        headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
+        let ack = self
+            .js
+            .publish_with_headers(subject.to_owned(), headers, payload.into())
+            .await?
+            .await;
+        match ack {
+            Ok(ack) => Ok(!ack.duplicate),
+            Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+/// A retry with the same body gets the original answer; another body is a conflict.
+fn answer_retry(
+    task: &RunTaskV1,
+    original: RunTaskV1,
+) -> Result<TaskAcceptedResponse, AcceptError> {
+    if original.owner == task.owner
+        && original.input == task.input
+        && original.attachments == task.attachments
+    {
+        tracing::info!(task.id = %original.task_id, "retried run request answered with the original task");
+        Ok(response(&original))
+    } else {
+        Err(AcceptError::Conflict)
     }
 }
 

@@ -2,6 +2,7 @@
 //! only after the publish is acknowledged.
 
 mod accept;
+mod admit;
 mod limit;
 mod routes;
 mod status;
@@ -28,7 +29,7 @@ pub struct Config {
     pub auth: AuthConfig,
     /// NATS connection and names.
     pub nats: NatsConfig,
-    /// What a second run on a busy thread gets (`SB_RUNS_ACTIVE_RUN_POLICY`: `reject` or `enqueue`).
+    /// What a second run on a busy thread gets (`SB_RUNS_ACTIVE_RUN_POLICY`: `enqueue`, the default, or `reject`).
     pub active_run_policy: ActiveRunPolicy,
     /// Runs each user may start per minute (`SB_RUNS_RATE_PER_MINUTE`, default 120).
     pub rate_per_minute: u32,
@@ -43,7 +44,7 @@ impl Config {
             addr: env.or("SB_RUNS_ADDR", SocketAddr::from(([127, 0, 0, 1], 8082)))?,
             auth: env.auth()?,
             nats: env.nats()?,
-            active_run_policy: env.or("SB_RUNS_ACTIVE_RUN_POLICY", ActiveRunPolicy::Reject)?,
+            active_run_policy: env.or("SB_RUNS_ACTIVE_RUN_POLICY", ActiveRunPolicy::Enqueue)?,
             rate_per_minute: positive(env, "SB_RUNS_RATE_PER_MINUTE", 120)?,
             rate_burst: positive(env, "SB_RUNS_RATE_BURST", 30)?,
         })
@@ -66,6 +67,7 @@ fn positive(env: &Env, name: &str, default: u32) -> Result<u32, ConfigError> {
 pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) accept: Arc<accept::Acceptor>,
+    pub(crate) admission: Arc<admit::Admission>,
     pub(crate) runs: Arc<status::RunDirectory>,
     pub(crate) limiter: Arc<limit::PerOwnerLimit>,
 }
@@ -90,13 +92,25 @@ impl Application {
         let names = &config.nats.names;
         platform::nats::ensure_streams(&js, names).await?;
         let buckets = platform::nats::ensure_run_buckets(&js, names).await?;
+        let runs_stream = js.get_stream(names.runs_stream()).await?;
         let accept = Arc::new(accept::Acceptor::new(
             js.clone(),
+            runs_stream.clone(),
             names.clone(),
             buckets.clone(),
             config.active_run_policy,
         ));
-        let runs = Arc::new(status::RunDirectory::new(client, names.clone(), buckets));
+        let admission = Arc::new(admit::Admission::new(
+            client.clone(),
+            names.attachments_resolve_subject(),
+            std::time::Duration::from_secs(5),
+        ));
+        let runs = Arc::new(status::RunDirectory::new(
+            client,
+            runs_stream,
+            names.clone(),
+            buckets,
+        ));
         let limiter = Arc::new(limit::PerOwnerLimit::new(
             config.rate_per_minute,
             config.rate_burst,
@@ -104,6 +118,7 @@ impl Application {
         let state = AppState {
             auth,
             accept,
+            admission,
             runs,
             limiter,
         };

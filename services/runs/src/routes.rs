@@ -16,6 +16,7 @@ use protocol::validate::{MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, 
 
 use crate::AppState;
 use crate::accept::AcceptError;
+use crate::admit::AdmitError;
 use crate::status::status_response;
 
 /// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
@@ -148,14 +149,26 @@ async fn create_run(
             }
         })?
         .to_bytes();
-    let input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
+    let mut input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
     state
         .limiter
         .check(owner.as_str())
         .map_err(ApiError::RateLimited)?;
+    let attachments = state
+        .admission
+        .admit(owner.as_str(), &mut input)
+        .await
+        .map_err(|err| match err {
+            AdmitError::Refused { field, message } => ApiError::Invalid(Violation {
+                kind: ViolationKind::Rule,
+                field,
+                message,
+            }),
+            AdmitError::Unavailable(e) => ApiError::Unavailable(e),
+        })?;
     let accepted = state
         .accept
-        .accept(owner.as_str(), input)
+        .accept(owner.as_str(), input, attachments)
         .await
         .map_err(|err| match err {
             AcceptError::Conflict => ApiError::Conflict,
@@ -172,7 +185,7 @@ fn check_path_id(run_id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `GET /api/v1/agent/runs/{runId}`: the caller's run, by run id or task id.
+/// `GET /api/v1/agent/runs/{runId}`: the caller's latest run with this run id.
 async fn run_status(
     State(state): State<AppState>,
     owner: Owner,

@@ -1,54 +1,74 @@
-//! Run status and cancel, read from and written to the run status bucket.
+//! Run status and cancel. A run's task lives in the RUNS stream; its status record in KV
+//! (`task.<id>`) is created by the worker when it starts the run or by a cancel, so a run
+//! without one is queued.
 
+use async_nats::jetstream::stream::Stream;
 use chrono::Utc;
-use platform::nats::RunBuckets;
-use protocol::messaging::{Names, RunStatus, RunStatusRecord, run_lookup_key, status_key};
+use platform::nats::{Created, RunBuckets, stored_task};
+use protocol::messaging::{Names, RunStatus, RunStatusRecord, RunTaskV1, status_key};
 use protocol::run_input::RunStatusResponse;
-use uuid::Uuid;
 
 /// Looks runs up and cancels them, always scoped to their owner.
 pub(crate) struct RunDirectory {
     client: async_nats::Client,
+    runs: Stream,
     names: Names,
     buckets: RunBuckets,
 }
 
+fn queued(task: &RunTaskV1) -> RunStatusRecord {
+    RunStatusRecord {
+        task_id: task.task_id,
+        owner: task.owner.clone(),
+        thread_id: task.input.thread_id.clone(),
+        run_id: task.input.run_id.clone(),
+        status: RunStatus::Queued,
+        cancel_requested: false,
+        created: task.accepted_at,
+        updated_at: task.accepted_at,
+        error: None,
+    }
+}
+
 impl RunDirectory {
-    pub(crate) fn new(client: async_nats::Client, names: Names, buckets: RunBuckets) -> Self {
+    pub(crate) fn new(
+        client: async_nats::Client,
+        runs: Stream,
+        names: Names,
+        buckets: RunBuckets,
+    ) -> Self {
         Self {
             client,
+            runs,
             names,
             buckets,
         }
     }
 
-    /// The caller's run with this run id (the latest one, if the id was reused on several
-    /// threads) or this task id. Another owner's run is `None`, exactly like a missing one.
+    /// The caller's latest run with this run id (a run id may be reused on several threads).
+    /// Another owner's run is `None`, exactly like a missing one: the owner is part of the key.
+    async fn task(&self, owner: &str, run_id: &str) -> anyhow::Result<Option<RunTaskV1>> {
+        let pattern = self.names.run_accepted_pattern(owner, run_id);
+        let task = stored_task(&self.runs, &pattern).await?;
+        Ok(task.filter(|t| t.owner == owner && t.input.run_id == run_id))
+    }
+
+    /// The status of the caller's run.
     pub(crate) async fn find(
         &self,
         owner: &str,
-        id: &str,
+        run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
-        let by_run_id = self
-            .buckets
-            .run_status
-            .get::<Uuid>(&run_lookup_key(owner, id))
-            .await?
-            .map(|(task_id, _)| task_id);
-        let task_id = match by_run_id {
-            Some(task_id) => task_id,
-            None => match Uuid::try_parse(id) {
-                Ok(task_id) => task_id,
-                Err(_) => return Ok(None),
-            },
+        let Some(task) = self.task(owner, run_id).await? else {
+            return Ok(None);
         };
         let record = self
             .buckets
             .run_status
-            .get::<RunStatusRecord>(&status_key(task_id))
+            .get::<RunStatusRecord>(&status_key(task.task_id))
             .await?
             .map(|(record, _)| record);
-        Ok(record.filter(|r| r.owner == owner))
+        Ok(Some(record.unwrap_or_else(|| queued(&task))))
     }
 
     /// Cancels the caller's run: a queued run ends cancelled at once; a running one is asked to
@@ -56,41 +76,46 @@ impl RunDirectory {
     pub(crate) async fn cancel(
         &self,
         owner: &str,
-        id: &str,
+        run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
-        let Some(found) = self.find(owner, id).await? else {
+        let Some(task) = self.task(owner, run_id).await? else {
             return Ok(None);
         };
+        let key = status_key(task.task_id);
         let now = Utc::now();
+        let cancelled = RunStatusRecord {
+            status: RunStatus::Cancelled,
+            updated_at: now,
+            ..queued(&task)
+        };
+        // Not started yet: the cancel creates the record, and the worker will find it.
+        if self.buckets.run_status.create(&key, &cancelled).await? != Created::Exists {
+            tracing::info!(task.id = %task.task_id, "queued run cancelled");
+            return Ok(Some(cancelled));
+        }
         let updated = self
             .buckets
             .run_status
-            .modify::<RunStatusRecord, _>(&status_key(found.task_id), |r| match r.status {
-                RunStatus::Queued => Some(RunStatusRecord {
-                    status: RunStatus::Cancelled,
-                    updated_at: now,
-                    ..r.clone()
-                }),
-                RunStatus::Running if !r.cancel_requested => Some(RunStatusRecord {
+            .modify::<RunStatusRecord, _>(&key, |r| {
+                (r.status == RunStatus::Running && !r.cancel_requested).then(|| RunStatusRecord {
                     cancel_requested: true,
                     updated_at: now,
                     ..r.clone()
-                }),
-                _ => None,
+                })
             })
             .await?;
-        if let Some(record) = &updated {
-            if record.status == RunStatus::Running {
-                // Every worker listens; the one running the task stops it.
-                self.client
-                    .publish(
-                        self.names.run_cancel_subject(record.task_id),
-                        bytes::Bytes::new(),
-                    )
-                    .await?;
-                self.client.flush().await?;
-            }
-            tracing::info!(task.id = %record.task_id, status = ?record.status, "run cancel requested");
+        if let Some(record) = &updated
+            && record.status == RunStatus::Running
+        {
+            // Every worker listens; the one running the task stops it.
+            self.client
+                .publish(
+                    self.names.run_cancel_subject(record.task_id),
+                    bytes::Bytes::new(),
+                )
+                .await?;
+            self.client.flush().await?;
+            tracing::info!(task.id = %record.task_id, "running run asked to stop");
         }
         Ok(updated)
     }

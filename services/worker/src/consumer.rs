@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::Utc;
 use futures::StreamExt;
-use platform::nats::RunBuckets;
+use platform::nats::{Claim, Created, RunBuckets};
 use protocol::agui::Event;
 use protocol::messaging::{
     Names, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER, status_key,
@@ -34,6 +34,7 @@ pub(crate) struct RunConsumer {
     names: Names,
     buckets: RunBuckets,
     consumer: jetstream::consumer::Consumer<pull::Config>,
+    runs: jetstream::stream::Stream,
     agent: Arc<dyn Agent>,
     concurrency: usize,
     running: Running,
@@ -75,6 +76,7 @@ impl RunConsumer {
             names,
             buckets,
             consumer,
+            runs: stream,
             agent,
             concurrency,
             running: Arc::default(),
@@ -171,13 +173,17 @@ impl RunConsumer {
             return Ok(Processed::Done); // finished before a redelivery
         }
         let (owner, thread_id) = (task.owner.as_str(), task.input.thread_id.as_str());
-        if status != Some(RunStatus::Cancelled)
-            && !self
+        if status != Some(RunStatus::Cancelled) {
+            let subject = self
+                .names
+                .run_accepted_subject(owner, thread_id, &task.input.run_id);
+            let claim = self
                 .buckets
-                .claim_thread(owner, thread_id, task.task_id)
-                .await?
-        {
-            return Ok(Processed::ThreadBusy);
+                .claim_thread(&self.runs, owner, thread_id, task.task_id, &subject)
+                .await?;
+            if claim != Claim::Claimed {
+                return Ok(Processed::ThreadBusy);
+            }
         }
         let token = CancellationToken::new();
         if let Ok(mut running) = self.running.lock() {
@@ -201,23 +207,25 @@ impl RunConsumer {
         token: CancellationToken,
     ) -> anyhow::Result<(RunStatus, Option<String>)> {
         let now = Utc::now();
-        // Queued -> running; a run cancelled while queued stays cancelled.
-        let record = self
-            .buckets
-            .run_status
-            .modify::<RunStatusRecord, _>(&status_key(task.task_id), |r| {
-                (r.status == RunStatus::Queued).then(|| RunStatusRecord {
-                    status: RunStatus::Running,
-                    updated_at: now,
-                    ..r.clone()
-                })
-            })
-            .await?;
-        if record
-            .as_ref()
-            .is_some_and(|r| r.cancel_requested || r.status == RunStatus::Cancelled)
-        {
-            token.cancel();
+        // The status record is born here (running) unless a cancel created it first.
+        let key = status_key(task.task_id);
+        let running = RunStatusRecord {
+            task_id: task.task_id,
+            owner: task.owner.clone(),
+            thread_id: task.input.thread_id.clone(),
+            run_id: task.input.run_id.clone(),
+            status: RunStatus::Running,
+            cancel_requested: false,
+            created: task.accepted_at,
+            updated_at: now,
+            error: None,
+        };
+        if self.buckets.run_status.create(&key, &running).await? == Created::Exists {
+            let existing = self.buckets.run_status.get::<RunStatusRecord>(&key).await?;
+            if existing.is_some_and(|(r, _)| r.cancel_requested || r.status == RunStatus::Cancelled)
+            {
+                token.cancel();
+            }
         }
         let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone());
         let (thread_id, run_id) = (task.input.thread_id.clone(), task.input.run_id.clone());

@@ -1,0 +1,226 @@
+//! Baseline (b): the JetStream publishes of the runs service, without the service.
+//!
+//! Connects with `platform::nats::connect`, makes sure the streams of `--prefix` exist, then
+//! publishes `--count` `RunTask::V1` messages (serialized with serde_json, the same subject,
+//! headers and message-id scheme as the runs service) with `--concurrency` in flight, awaiting
+//! every ack. Stops after `--count` messages or `--max-seconds`, whichever comes first, and
+//! prints one JSON line: throughput and per-publish (publish + ack) latency percentiles.
+//!
+//! The publish is the one the runs service makes for a new run: subject
+//! `Names::run_accepted_subject(owner, threadId, runId)`, message id the subject's id tokens,
+//! `Nats-Expected-Last-Subject-Sequence: 0` (the subject must be empty) and the trace headers of
+//! `platform::nats::publish_headers`. Every run has a fresh threadId and runId, so none is a
+//! duplicate.
+//!
+//! Usage: `js-publish-loop --prefix P [--nats-url URL] [--count N] [--concurrency K]
+//! [--max-seconds T] [--owner SUB] [--text TEXT]` (`SB_NATS_URL`, `BENCH_TEXT` as fallbacks).
+//!
+//! `js-publish-loop --prefix P --mode cleanup` instead deletes every stream of the prefix (the
+//! RUNS and RUN_EVENTS streams and the KV buckets, which are streams too: what a benchmark left
+//! behind on the shared NATS server) and prints what it deleted.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use chrono::Utc;
+use futures::{StreamExt as _, TryStreamExt as _};
+use hdrhistogram::Histogram;
+use platform::nats::NatsConfig;
+use protocol::messaging::{Names, RunTask, RunTaskV1};
+use protocol::validate::parse_run_input;
+use serde_json::json;
+use switchboard_bench::{Args, DEFAULT_TEXT, run_body};
+use uuid::Uuid;
+
+/// Header that makes a publish conditional on the subject's last sequence.
+const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+
+struct Settings {
+    names: Names,
+    count: u64,
+    concurrency: usize,
+    max_time: Duration,
+    owner: String,
+    text: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::from_process()?;
+    let prefix = args
+        .get("prefix", "BENCH_NATS_PREFIX")
+        .context("--prefix is required (the NATS prefix whose RUNS stream to publish to)")?;
+    let url = args
+        .get("nats-url", "SB_NATS_URL")
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+    let settings = Settings {
+        names: Names::new(&prefix)?,
+        count: args.parsed("count", "BENCH_COUNT", 10_000_u64)?,
+        concurrency: args
+            .parsed("concurrency", "BENCH_CONCURRENCY", 16_usize)?
+            .max(1),
+        max_time: Duration::from_secs_f64(args.parsed("max-seconds", "BENCH_MAX_SECONDS", 60.0)?),
+        owner: args
+            .get("owner", "BENCH_OWNER")
+            .unwrap_or_else(|| "bench".to_owned()),
+        text: args
+            .get("text", "BENCH_TEXT")
+            .unwrap_or_else(|| DEFAULT_TEXT.to_owned()),
+    };
+    let config = NatsConfig {
+        url,
+        names: settings.names.clone(),
+    };
+    let (_client, js) = platform::nats::connect(&config, "bench-js-publish-loop").await?;
+    match args
+        .get("mode", "BENCH_MODE")
+        .unwrap_or_else(|| "publish".to_owned())
+        .as_str()
+    {
+        "publish" => {}
+        "cleanup" => return cleanup(&js, &settings.names).await,
+        other => anyhow::bail!("--mode {other:?}: use publish or cleanup"),
+    }
+    platform::nats::ensure_streams(&js, &settings.names).await?;
+
+    let outcome = run(&js, &settings).await?;
+    let line = json!({
+        "target": "js-publish-loop",
+        "prefix": prefix,
+        "count": outcome.published,
+        "errors": outcome.errors,
+        "first_error": outcome.first_error,
+        "concurrency": settings.concurrency,
+        "seconds": outcome.elapsed.as_secs_f64(),
+        "payload_bytes": outcome.payload_bytes,
+        "throughput_per_s": outcome.published as f64 / outcome.elapsed.as_secs_f64(),
+        "p50_ms": ms(outcome.latency.value_at_quantile(0.50)),
+        "p90_ms": ms(outcome.latency.value_at_quantile(0.90)),
+        "p99_ms": ms(outcome.latency.value_at_quantile(0.99)),
+        "max_ms": ms(outcome.latency.max()),
+        "mean_ms": outcome.latency.mean() / 1000.0,
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    if outcome.published == 0 {
+        anyhow::bail!("no message was published and acknowledged");
+    }
+    Ok(())
+}
+
+/// Deletes every stream of the prefix (`<P>_*`, and `KV_<P>_*` for KV buckets).
+async fn cleanup(js: &jetstream::Context, names: &Names) -> anyhow::Result<()> {
+    let runs_stream = names.runs_stream();
+    let stem = runs_stream
+        .strip_suffix("RUNS")
+        .context("unexpected RUNS stream name")?;
+    let kv_stem = format!("KV_{stem}");
+    let streams: Vec<String> = js.stream_names().try_collect().await?;
+    let mut deleted = Vec::new();
+    for stream in streams {
+        if (stream.starts_with(stem) || stream.starts_with(&kv_stem))
+            && js.delete_stream(&stream).await.is_ok()
+        {
+            deleted.push(stream);
+        }
+    }
+    let line = json!({"target": "cleanup", "prefix": names.prefix(), "deleted": deleted});
+    writeln!(std::io::stdout().lock(), "{line}")?;
+    Ok(())
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+struct Outcome {
+    published: u64,
+    errors: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+    payload_bytes: usize,
+    /// Publish-to-ack latency, in microseconds.
+    latency: Histogram<u64>,
+}
+
+async fn run(js: &jetstream::Context, settings: &Settings) -> anyhow::Result<Outcome> {
+    // A random nonce keeps run ids unique across invocations on the same prefix.
+    let nonce = Uuid::new_v4().simple().to_string();
+    let started = Instant::now();
+    let deadline = started + settings.max_time;
+    let mut results = futures::stream::iter(0..settings.count)
+        .take_while(|_| std::future::ready(Instant::now() < deadline))
+        .map(|i| publish_one(js, settings, format!("bench-{}-{i}", &nonce[..12])))
+        .buffer_unordered(settings.concurrency);
+    let mut outcome = Outcome {
+        published: 0,
+        errors: 0,
+        first_error: None,
+        elapsed: Duration::ZERO,
+        payload_bytes: 0,
+        latency: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+    };
+    while let Some(result) = results.next().await {
+        match result {
+            Ok((latency, bytes)) => {
+                outcome.published += 1;
+                outcome.payload_bytes = bytes;
+                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+                outcome.latency.saturating_record(micros.max(1));
+            }
+            Err(err) => {
+                outcome.errors += 1;
+                outcome
+                    .first_error
+                    .get_or_insert_with(|| format!("{err:#}"));
+            }
+        }
+    }
+    outcome.elapsed = started.elapsed();
+    Ok(outcome)
+}
+
+/// Builds one run exactly as a client would send it, parses it as the runs service does and
+/// publishes its `RunTask` as the runs service does; returns the publish-to-ack latency and the
+/// message size.
+async fn publish_one(
+    js: &jetstream::Context,
+    settings: &Settings,
+    run_id: String,
+) -> anyhow::Result<(Duration, usize)> {
+    let body = run_body(&Uuid::new_v4().to_string(), &run_id, &settings.text);
+    let input = parse_run_input(body.as_bytes())
+        .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
+    let owner = settings.owner.as_str();
+    let subject = settings
+        .names
+        .run_accepted_subject(owner, &input.thread_id, &input.run_id);
+    let msg_id = subject
+        .rsplit_once(".runs.accepted.")
+        .map_or(subject.as_str(), |(_, ids)| ids);
+    let mut headers = platform::nats::publish_headers(msg_id);
+    headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
+    let payload = serde_json::to_vec(&RunTask::V1(RunTaskV1 {
+        task_id: Uuid::now_v7(),
+        owner: owner.to_owned(),
+        accepted_at: Utc::now(),
+        input,
+        attachments: Vec::new(),
+    }))?;
+    let bytes = payload.len();
+    let sent = Instant::now();
+    let ack = js
+        .publish_with_headers(subject, headers, payload.into())
+        .await
+        .context("publish")?
+        .await
+        .context("ack")?;
+    anyhow::ensure!(
+        !ack.duplicate,
+        "JetStream took a benchmark run for a duplicate"
+    );
+    Ok((sent.elapsed(), bytes))
+}

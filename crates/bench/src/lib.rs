@@ -1,0 +1,106 @@
+//! Benchmark tools for the runs service (see `BENCHMARKS.md` and `scripts/bench-runs.sh`):
+//!
+//! - `bare-axum`: a bare axum handler that reads the same body as `POST /api/v1/agent/runs`
+//!   and answers 202 with a `TaskAcceptedResponse`-shaped JSON, without auth, validation or
+//!   NATS: the ceiling of HTTP acceptance on this machine.
+//! - `js-publish-loop`: publishes the same `RunTask` messages the runs service publishes to the
+//!   same JetStream stream, K in flight, awaiting every ack: the ceiling of JetStream.
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+
+/// The user text of every benchmark run unless `BENCH_TEXT` says otherwise; the wrk script
+/// (`scripts/bench/runs.lua`) uses the same default, and `scripts/bench-runs.sh` passes the
+/// same `BENCH_TEXT` to both.
+pub const DEFAULT_TEXT: &str =
+    "Summarise the attached quarterly report in three bullet points and list the open risks.";
+
+/// The body of one benchmark run, byte for byte what `scripts/bench/runs.lua` sends.
+pub fn run_body(thread_id: &str, run_id: &str, text: &str) -> String {
+    serde_json::json!({
+        "threadId": thread_id,
+        "runId": run_id,
+        "messages": [{"id": "m1", "role": "user", "content": text}],
+    })
+    .to_string()
+}
+
+/// `--name value` pairs of the command line (a bare first argument is kept under `""`).
+#[derive(Debug, Default)]
+pub struct Args {
+    values: HashMap<String, String>,
+}
+
+impl Args {
+    /// Parses `std::env::args()`.
+    pub fn from_process() -> anyhow::Result<Self> {
+        Self::parse(std::env::args().skip(1))
+    }
+
+    /// Parses `--name value` pairs; a first argument without `--` is the positional one.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Self> {
+        let mut values = HashMap::new();
+        let mut args = args.into_iter().peekable();
+        if let Some(first) = args.next_if(|a| !a.starts_with("--")) {
+            values.insert(String::new(), first);
+        }
+        while let Some(name) = args.next() {
+            let key = name
+                .strip_prefix("--")
+                .with_context(|| format!("unexpected argument {name:?}; use --name value"))?;
+            let value = args
+                .next()
+                .with_context(|| format!("--{key} needs a value"))?;
+            values.insert(key.to_owned(), value);
+        }
+        Ok(Self { values })
+    }
+
+    /// `--name`, else the environment variable `env`, else `None`.
+    pub fn get(&self, name: &str, env: &str) -> Option<String> {
+        self.values
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(env).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// The positional argument, if any.
+    pub fn positional(&self) -> Option<String> {
+        self.values.get("").cloned()
+    }
+
+    /// `--name` (or `env`) parsed, else `default`.
+    pub fn parsed<T>(&self, name: &str, env: &str, default: T) -> anyhow::Result<T>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+    {
+        match self.get(name, env) {
+            None => Ok(default),
+            Some(raw) => raw
+                .parse()
+                .map_err(|err| anyhow::anyhow!("--{name} / {env} = {raw:?} is invalid: {err}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_benchmark_body_is_a_valid_run() {
+        let body = run_body("550e8400-e29b-41d4-a716-446655440000", "r-1", DEFAULT_TEXT);
+        assert!(protocol::validate::parse_run_input(body.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn arguments_are_name_value_pairs_after_an_optional_positional_one() {
+        let args =
+            Args::parse(["127.0.0.1:1", "--count", "5"].map(String::from)).unwrap_or_default();
+        assert_eq!(args.positional().as_deref(), Some("127.0.0.1:1"));
+        assert_eq!(args.parsed("count", "BENCH_UNSET_VAR", 0_u64).ok(), Some(5));
+        assert!(Args::parse(["--count"].map(String::from)).is_err());
+    }
+}

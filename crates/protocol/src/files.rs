@@ -1,0 +1,264 @@
+//! File references and the attachments service's request/reply contract.
+//!
+//! A run may point at a file in three ways: `s3://bucket/key` (a `content_url`), a presigned
+//! URL of our S3 server (`https://host/bucket/key?X-Amz-...`, path style), or a Supabase-style
+//! signed URL (`https://host/storage/v1/object/sign/{bucket}/{path}?token=<jwt>`). Each is
+//! parsed into bucket and path; none is authorization by itself: the attachments service
+//! resolves it to a file the caller owns and that is verified, or says why not.
+
+use serde::{Deserialize, Serialize};
+
+/// Most files one message may carry.
+pub const MAX_FILES_PER_MESSAGE: usize = 3;
+/// Longest URL accepted as a file reference.
+pub const MAX_FILE_URL_LEN: usize = 2048;
+
+/// Where a reference points, parsed from its URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRef {
+    /// Bucket name.
+    pub bucket: String,
+    /// Object path (key) inside the bucket.
+    pub path: String,
+    /// The Supabase signed-URL token, when the URL had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// Why a URL is not a file reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRefError {
+    /// Not a URL of a supported form.
+    Unsupported,
+    /// Longer than [`MAX_FILE_URL_LEN`].
+    TooLong,
+}
+
+impl std::error::Error for FileRefError {}
+
+impl std::fmt::Display for FileRefError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileRefError::Unsupported => f.write_str(
+                "url must be an s3:// content_url or a signed URL issued by the attachments service",
+            ),
+            FileRefError::TooLong => write!(f, "url must be at most {MAX_FILE_URL_LEN} characters"),
+        }
+    }
+}
+
+/// Parses `s3://bucket/key`, a Supabase signed URL or a path-style S3 URL into a [`FileRef`].
+pub fn parse_file_url(raw: &str) -> Result<FileRef, FileRefError> {
+    if raw.len() > MAX_FILE_URL_LEN {
+        return Err(FileRefError::TooLong);
+    }
+    // The URL parser silently resolves dot segments (also percent-encoded ones); a reference
+    // that needs resolving is refused rather than reinterpreted.
+    let lowered = raw.to_ascii_lowercase();
+    if lowered.contains("%2e")
+        || lowered.contains("/../")
+        || lowered.contains("/./")
+        || lowered.ends_with("/..")
+    {
+        return Err(FileRefError::Unsupported);
+    }
+    let url = url::Url::parse(raw).map_err(|_| FileRefError::Unsupported)?;
+    let segments: Vec<String> = match url.scheme() {
+        "s3" => {
+            let bucket = url.host_str().ok_or(FileRefError::Unsupported)?.to_owned();
+            std::iter::once(bucket)
+                .chain(decoded_segments(&url)?)
+                .collect()
+        }
+        "http" | "https" => decoded_segments(&url)?,
+        _ => return Err(FileRefError::Unsupported),
+    };
+    let (segments, token) = match segments.as_slice() {
+        [storage, v1, object, sign, rest @ ..]
+            if url.scheme() != "s3"
+                && storage == "storage"
+                && v1 == "v1"
+                && object == "object"
+                && sign == "sign" =>
+        {
+            let token = url
+                .query_pairs()
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v.into_owned());
+            (rest.to_vec(), Some(token.ok_or(FileRefError::Unsupported)?))
+        }
+        _ => (segments, None),
+    };
+    let [bucket, path @ ..] = segments.as_slice() else {
+        return Err(FileRefError::Unsupported);
+    };
+    let path = path.join("/");
+    if bucket.is_empty()
+        || path.is_empty()
+        || path
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(FileRefError::Unsupported);
+    }
+    Ok(FileRef {
+        bucket: bucket.clone(),
+        path,
+        token,
+    })
+}
+
+fn decoded_segments(url: &url::Url) -> Result<Vec<String>, FileRefError> {
+    url.path_segments()
+        .map(|segments| {
+            segments
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    percent_encoding::percent_decode_str(s)
+                        .decode_utf8()
+                        .map(|d| d.into_owned())
+                        .map_err(|_| FileRefError::Unsupported)
+                })
+                .collect()
+        })
+        .unwrap_or(Ok(Vec::new()))
+}
+
+/// Request to the attachments service: resolve `url` to a file `owner` may use. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ResolveRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// Whose file it must be.
+        owner: String,
+        /// The URL or `content_url` from the run.
+        url: String,
+    },
+}
+
+/// Answer of the attachments service. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ResolveReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1(ResolveOutcome),
+}
+
+/// A resolved file, or why the reference cannot be used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ResolveOutcome {
+    /// The caller owns this verified file.
+    Resolved(ResolvedFile),
+    /// The reference cannot be used.
+    Refused {
+        /// Why, by kind.
+        reason: RefusalReason,
+    },
+}
+
+/// A file a run may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedFile {
+    /// Bucket.
+    pub bucket: String,
+    /// Object path.
+    pub path: String,
+    /// The file's verified MIME type.
+    pub mime_type: String,
+    /// Original file name.
+    pub file_name: String,
+    /// Size in bytes.
+    pub size_bytes: i64,
+}
+
+/// Why a file reference was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// Not a supported URL form.
+    BadUrl,
+    /// A Supabase token that is invalid, expired or for another object.
+    BadSignature,
+    /// No such file for this owner (another owner's file is reported the same way).
+    NotFound,
+    /// The upload has not been verified yet.
+    NotVerified,
+    /// The stored bytes did not match the declared size, hash or type.
+    Quarantined,
+}
+
+impl RefusalReason {
+    /// A safe message for the client.
+    pub fn message(self) -> &'static str {
+        match self {
+            RefusalReason::BadUrl => {
+                "url must be an s3:// content_url or a signed URL issued by the attachments service"
+            }
+            RefusalReason::BadSignature => "url signature is invalid or expired",
+            RefusalReason::NotFound => "url does not point to a file you own",
+            RefusalReason::NotVerified => "file upload has not been verified yet",
+            RefusalReason::Quarantined => "file failed verification and is quarantined",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(bucket: &str, path: &str, token: Option<&str>) -> Result<FileRef, FileRefError> {
+        Ok(FileRef {
+            bucket: bucket.to_owned(),
+            path: path.to_owned(),
+            token: token.map(str::to_owned),
+        })
+    }
+
+    #[test]
+    fn the_seed_supabase_url_parses_into_bucket_path_and_token() {
+        let url = "https://xxx.supabase.co/storage/v1/object/sign/agent-files/agent-inputs/u/t/r/img.jpg?token=xxx";
+        assert_eq!(
+            parse_file_url(url),
+            file("agent-files", "agent-inputs/u/t/r/img.jpg", Some("xxx"))
+        );
+    }
+
+    #[test]
+    fn a_content_url_parses_into_bucket_and_key() {
+        let url = "s3://bucket/uploads/user123/file456/bao-cao.pdf";
+        assert_eq!(
+            parse_file_url(url),
+            file("bucket", "uploads/user123/file456/bao-cao.pdf", None)
+        );
+    }
+
+    #[test]
+    fn a_path_style_presigned_url_parses_and_decodes_its_key() {
+        let url = "http://127.0.0.1:59000/switchboard/uploads/a%20b.png?X-Amz-Signature=abc";
+        assert_eq!(
+            parse_file_url(url),
+            file("switchboard", "uploads/a b.png", None)
+        );
+    }
+
+    #[test]
+    fn traversal_other_schemes_and_missing_parts_are_refused() {
+        for url in [
+            "s3://bucket/uploads/%2E%2E/secret",
+            "s3://bucket",
+            "file:///etc/passwd",
+            "https://x.supabase.co/storage/v1/object/sign/agent-files/a.png",
+            "not a url",
+        ] {
+            assert!(parse_file_url(url).is_err(), "{url}");
+        }
+        assert_eq!(
+            parse_file_url(&format!("s3://b/{}", "k".repeat(3000))),
+            Err(FileRefError::TooLong)
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! Attachment admission: every file a user message points at must resolve, through the
+//! attachments service over NATS, to a verified file the caller owns.
+//!
+//! Admitted URLs are rewritten to the internal `s3://bucket/path` form (signed URLs expire; the
+//! task and the history keep the storage location and re-sign on read), and the message's
+//! `metadata.user_message_attachments` is built from what the attachments service answered.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use protocol::files::{
+    MAX_FILES_PER_MESSAGE, ResolveOutcome, ResolveReply, ResolveRequest, ResolvedFile,
+};
+use protocol::metadata::UserMessageAttachments;
+use protocol::run_input::{ContentBlock, Message, RunAgentInput, UserContent};
+use protocol::validate::messages;
+use serde_json::Value;
+
+/// Why a run's attachments were not admitted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AdmitError {
+    /// A block cannot be used (422), naming the block's field.
+    #[error("{message} ({field})")]
+    Refused {
+        /// JSON pointer of the offending URL.
+        field: String,
+        /// Safe, precise reason.
+        message: String,
+    },
+    /// The attachments service did not answer (503).
+    #[error("attachments service unavailable: {0:#}")]
+    Unavailable(anyhow::Error),
+}
+
+/// Asks the attachments service about every file of a run.
+pub(crate) struct Admission {
+    client: async_nats::Client,
+    subject: String,
+    timeout: Duration,
+}
+
+/// Where a file reference sits in the user message.
+struct Slot {
+    index: usize,
+    url: String,
+    /// Field of the URL, relative to the block.
+    url_field: &'static str,
+    /// Binary and image blocks must be images.
+    image_only: bool,
+}
+
+impl Admission {
+    pub(crate) fn new(client: async_nats::Client, subject: String, timeout: Duration) -> Self {
+        Self {
+            client,
+            subject,
+            timeout,
+        }
+    }
+
+    /// Resolves every file of the user message, rewrites their URLs to `s3://bucket/path`
+    /// and returns their storage metadata, in block order.
+    pub(crate) async fn admit(
+        &self,
+        owner: &str,
+        input: &mut RunAgentInput,
+    ) -> Result<Vec<UserMessageAttachments>, AdmitError> {
+        let Some(Message::User(user)) = input.messages.first_mut() else {
+            return Ok(Vec::new());
+        };
+        let UserContent::Blocks(blocks) = &mut user.content else {
+            return Ok(Vec::new());
+        };
+        let slots: Vec<Slot> = blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, block)| slot(index, block))
+            .collect();
+        if slots.len() > MAX_FILES_PER_MESSAGE {
+            return Err(AdmitError::Refused {
+                field: "/messages/0/content".to_owned(),
+                message: format!("a message may carry at most {MAX_FILES_PER_MESSAGE} files"),
+            });
+        }
+        let answers = join_all(slots.iter().map(|slot| self.resolve(owner, &slot.url))).await;
+        let mut admitted = Vec::with_capacity(slots.len());
+        for (slot, answer) in slots.iter().zip(answers) {
+            let field = format!("/messages/0/content/{}{}", slot.index, slot.url_field);
+            let file = match answer? {
+                ResolveOutcome::Resolved(file) => file,
+                ResolveOutcome::Refused { reason } => {
+                    return Err(AdmitError::Refused {
+                        field,
+                        message: reason.message().to_owned(),
+                    });
+                }
+            };
+            if slot.image_only && !file.mime_type.starts_with("image/") {
+                return Err(AdmitError::Refused {
+                    field: format!("/messages/0/content/{}/mimeType", slot.index),
+                    message: messages::BINARY_IMAGE_MIME.to_owned(),
+                });
+            }
+            rewrite(&mut blocks[slot.index], &file);
+            admitted.push(UserMessageAttachments {
+                bucket: file.bucket,
+                path: file.path,
+                mime_type: file.mime_type,
+            });
+        }
+        Ok(admitted)
+    }
+
+    async fn resolve(&self, owner: &str, url: &str) -> Result<ResolveOutcome, AdmitError> {
+        let request = ResolveRequest::V1 {
+            owner: owner.to_owned(),
+            url: url.to_owned(),
+        };
+        let payload =
+            serde_json::to_vec(&request).map_err(|e| AdmitError::Unavailable(e.into()))?;
+        let answer = tokio::time::timeout(
+            self.timeout,
+            self.client.request(self.subject.clone(), payload.into()),
+        )
+        .await
+        .map_err(|_| AdmitError::Unavailable(anyhow::anyhow!("resolve timed out")))?
+        .map_err(|e| AdmitError::Unavailable(e.into()))?;
+        match serde_json::from_slice::<ResolveReply>(&answer.payload) {
+            Ok(ResolveReply::V1(outcome)) => Ok(outcome),
+            Err(err) => Err(AdmitError::Unavailable(anyhow::anyhow!(
+                "undecodable resolve reply: {err}"
+            ))),
+        }
+    }
+}
+
+fn slot(index: usize, block: &ContentBlock) -> Option<Slot> {
+    match block {
+        ContentBlock::Binary(binary) => Some(Slot {
+            index,
+            url: binary.url.clone().unwrap_or_default(),
+            url_field: "/url",
+            image_only: true,
+        }),
+        ContentBlock::Image(part) | ContentBlock::Document(part) => Some(Slot {
+            index,
+            url: part
+                .source
+                .get("value")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            url_field: "/source/value",
+            image_only: matches!(block, ContentBlock::Image(_)),
+        }),
+        ContentBlock::Text(_) => None,
+    }
+}
+
+fn rewrite(block: &mut ContentBlock, file: &ResolvedFile) {
+    let internal = format!("s3://{}/{}", file.bucket, file.path);
+    match block {
+        ContentBlock::Binary(binary) => {
+            binary.url = Some(internal);
+            binary.mime_type = file.mime_type.clone();
+        }
+        ContentBlock::Image(part) | ContentBlock::Document(part) => {
+            if let Some(source) = part.source.as_object_mut() {
+                source.insert("value".to_owned(), Value::String(internal));
+                source.insert("mimeType".to_owned(), Value::String(file.mime_type.clone()));
+            }
+        }
+        ContentBlock::Text(_) => {}
+    }
+}
