@@ -12,5 +12,6 @@ pub mod db;
 pub mod http;
 pub mod nats;
 pub mod s3;
+pub mod service;
 pub mod shutdown;
 pub mod telemetry;

@@ -106,9 +106,7 @@ impl Application {
         let router = axum::Router::new()
             .with_state(state)
             .merge(platform::http::health_routes(probes));
-        let listener = TcpListener::bind(config.addr)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,
             router,
@@ -133,5 +131,26 @@ impl Application {
         let (http, resolved) = tokio::join!(http, resolver);
         http.context("attachments HTTP server failed")?;
         resolved
+    }
+}
+
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "attachments";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
+    async fn build(config: Config) -> anyhow::Result<Self> {
+        Application::build(config).await
+    }
+
+    fn port(&self) -> u16 {
+        Application::port(self)
+    }
+
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        Application::run(self, shutdown).await
     }
 }

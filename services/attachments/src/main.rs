@@ -1,16 +1,6 @@
 //! The attachments service binary.
 
-use platform::config::Env;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let env = Env::from_process();
-    let telemetry = platform::telemetry::init(&env.telemetry("attachments")?)?;
-    let config = switchboard_attachments::Config::from_env(&env)?;
-    let shutdown = platform::shutdown::on_signal();
-    let app = switchboard_attachments::Application::build(config).await?;
-    tracing::info!(port = app.port(), "attachments service listening");
-    let outcome = app.run(shutdown).await;
-    telemetry.shutdown();
-    outcome
+    platform::service::main::<switchboard_attachments::Application>().await
 }

@@ -81,9 +81,7 @@ impl Application {
         ];
         let router =
             routes::router(AppState { auth, pool }).merge(platform::http::health_routes(probes));
-        let listener = TcpListener::bind(config.addr)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,
             router,
@@ -105,5 +103,26 @@ impl Application {
         let (http, ingested) = tokio::join!(http, self.ingest.run(shutdown));
         http.context("history HTTP server failed")?;
         ingested
+    }
+}
+
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "history";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
+    async fn build(config: Config) -> anyhow::Result<Self> {
+        Application::build(config).await
+    }
+
+    fn port(&self) -> u16 {
+        Application::port(self)
+    }
+
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        Application::run(self, shutdown).await
     }
 }

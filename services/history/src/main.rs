@@ -1,16 +1,6 @@
 //! The history service binary.
 
-use platform::config::Env;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let env = Env::from_process();
-    let telemetry = platform::telemetry::init(&env.telemetry("history")?)?;
-    let config = switchboard_history::Config::from_env(&env)?;
-    let shutdown = platform::shutdown::on_signal();
-    let app = switchboard_history::Application::build(config).await?;
-    tracing::info!(port = app.port(), "history service listening");
-    let outcome = app.run(shutdown).await;
-    telemetry.shutdown();
-    outcome
+    platform::service::main::<switchboard_history::Application>().await
 }

@@ -126,9 +126,7 @@ impl Application {
             "nats",
             platform::nats::probe(js),
         )]));
-        let listener = TcpListener::bind(config.addr)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        let listener = platform::service::bind(config.addr).await?;
         Ok(Self { listener, router })
     }
 
@@ -145,5 +143,26 @@ impl Application {
         platform::http::serve(self.listener, self.router, shutdown)
             .await
             .context("runs HTTP server failed")
+    }
+}
+
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "runs";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
+    async fn build(config: Config) -> anyhow::Result<Self> {
+        Application::build(config).await
+    }
+
+    fn port(&self) -> u16 {
+        Application::port(self)
+    }
+
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        Application::run(self, shutdown).await
     }
 }

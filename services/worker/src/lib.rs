@@ -72,9 +72,7 @@ impl Application {
         )
         .await?;
         let router = platform::http::health_routes(vec![("nats", platform::nats::probe(js))]);
-        let listener = TcpListener::bind(config.addr)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.addr))?;
+        let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,
             router,
@@ -96,5 +94,26 @@ impl Application {
         let (http, consumed) = tokio::join!(http, self.consumer.run(shutdown));
         http.context("worker health server failed")?;
         consumed
+    }
+}
+
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "worker";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
+    async fn build(config: Config) -> anyhow::Result<Self> {
+        Application::build(config).await
+    }
+
+    fn port(&self) -> u16 {
+        Application::port(self)
+    }
+
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        Application::run(self, shutdown).await
     }
 }

@@ -1,0 +1,62 @@
+//! What every service binary does, once: read configuration, start telemetry, build the
+//! application, serve until SIGTERM, flush telemetry last.
+
+use std::future::Future;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigError, Env};
+
+/// A service as its binary sees it. Tests use the same `build` and `run`.
+pub trait Service: Sized {
+    /// Typed settings.
+    type Config;
+    /// `service.name` of its telemetry.
+    const NAME: &'static str;
+    /// Reads the settings; fails naming the variable.
+    fn config(env: &Env) -> Result<Self::Config, ConfigError>;
+    /// Connects to its dependencies and binds its port.
+    fn build(config: Self::Config) -> impl Future<Output = anyhow::Result<Self>> + Send;
+    /// The bound HTTP port.
+    fn port(&self) -> u16;
+    /// Serves until `shutdown` is cancelled, then drains.
+    fn run(self, shutdown: CancellationToken) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// The whole `main` of a service binary.
+pub async fn main<S: Service>() -> anyhow::Result<()> {
+    let env = Env::from_process();
+    let telemetry = crate::telemetry::init(&env.telemetry(S::NAME)?)?;
+    let outcome = serve::<S>(&env).await;
+    if let Err(err) = &outcome {
+        tracing::error!(
+            error = format!("{err:#}"),
+            "{} stopped with an error",
+            S::NAME
+        );
+    }
+    telemetry.shutdown();
+    outcome
+}
+
+async fn serve<S: Service>(env: &Env) -> anyhow::Result<()> {
+    let config = S::config(env)?;
+    let shutdown = crate::shutdown::on_signal();
+    let app = S::build(config).await?;
+    tracing::info!(port = app.port(), "{} listening", S::NAME);
+    app.run(shutdown).await
+}
+
+/// Binds `addr`, naming it in the error.
+pub async fn bind(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// The port a listener is bound to.
+pub fn port(listener: &TcpListener) -> u16 {
+    listener.local_addr().map(|a| a.port()).unwrap_or_default()
+}
