@@ -60,6 +60,8 @@ pub struct TestPlatform {
     pub nats: platform::nats::NatsConfig,
     /// URL of the attachments service's database.
     pub attachments_db: secrecy::SecretString,
+    /// The attachments service's S3 settings (its own bucket).
+    pub s3: platform::s3::S3Config,
     /// URL of the history service's database.
     pub history_db: secrecy::SecretString,
     /// Infrastructure and token minting.
@@ -91,15 +93,20 @@ impl TestPlatform {
         let nats = infra.fresh_nats();
         let history_db = infra.fresh_database().await?;
         let attachments_db = infra.fresh_database().await?;
+        let s3 = infra.fresh_s3();
         let shutdown = CancellationToken::new();
 
         let attachments = attachments::Application::build(attachments::Config {
             addr: any_port(),
             auth: infra.auth(),
             database_url: attachments_db.clone(),
-            s3: infra.fresh_s3(),
+            s3: s3.clone(),
             nats: nats.clone(),
             supabase_jwt_secret: Some(secrecy::SecretString::from(SUPABASE_SECRET)),
+            public_endpoint: None,
+            upload_ttl: Duration::from_secs(300),
+            download_ttl: Duration::from_secs(300),
+            sweep_every: Duration::from_secs(1),
         })
         .await?;
         let runs = runs::Application::build(runs::Config {
@@ -139,6 +146,7 @@ impl TestPlatform {
             urls,
             nats,
             attachments_db,
+            s3,
             history_db,
             infra,
             http: reqwest::Client::new(),

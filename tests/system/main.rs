@@ -3,3 +3,4 @@
 mod admission;
 mod first_run;
 mod run_contract;
+mod uploads;

@@ -7,6 +7,7 @@
 
 pub mod agui;
 pub mod error;
+pub mod file_types;
 pub mod files;
 pub mod history;
 pub mod messaging;

@@ -1,13 +1,18 @@
 //! The attachments service: owns the file records (its own schema) and the S3 bucket.
 //!
-//! This version answers the NATS resolve endpoint the runs service admits attachments with;
-//! upload, download and delete arrive with their own issue (TODO(#4)).
+//! Presigned uploads with verified, per-owner SHA-256 dedup, signed downloads, delete, and the
+//! NATS resolve endpoint the runs service admits attachments with.
 
+mod download;
+pub mod policy;
 mod resolve;
+mod routes;
 mod store;
+mod verify;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::extract::FromRef;
@@ -40,6 +45,14 @@ pub struct Config {
     /// Secret of Supabase-style signed URLs; their tokens are verified when set
     /// (`SB_ATTACHMENTS_SUPABASE_JWT_SECRET`).
     pub supabase_jwt_secret: Option<SecretString>,
+    /// Base URL browsers reach S3 at (`SB_S3_PUBLIC_ENDPOINT`, default `SB_S3_ENDPOINT`).
+    pub public_endpoint: Option<String>,
+    /// How long an upload form is valid (`SB_ATTACHMENTS_UPLOAD_TTL_SECS`, default 300).
+    pub upload_ttl: Duration,
+    /// How long a download URL is valid (`SB_ATTACHMENTS_DOWNLOAD_TTL_SECS`, default 300).
+    pub download_ttl: Duration,
+    /// How often pending uploads are verified (`SB_ATTACHMENTS_SWEEP_SECS`, default 5).
+    pub sweep_every: Duration,
 }
 
 impl Config {
@@ -57,6 +70,10 @@ impl Config {
             supabase_jwt_secret: env
                 .raw("SB_ATTACHMENTS_SUPABASE_JWT_SECRET")
                 .map(|s| SecretString::from(s.to_owned())),
+            public_endpoint: env.optional("SB_S3_PUBLIC_ENDPOINT")?,
+            upload_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_UPLOAD_TTL_SECS", 300)?),
+            download_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_DOWNLOAD_TTL_SECS", 300)?),
+            sweep_every: Duration::from_secs(env.or("SB_ATTACHMENTS_SWEEP_SECS", 5)?.max(1)),
         })
     }
 }
@@ -65,8 +82,14 @@ impl Config {
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
-    #[expect(dead_code, reason = "read by the upload endpoints of TODO(#4)")]
     pub(crate) pool: PgPool,
+    pub(crate) s3: aws_sdk_s3::Client,
+    /// Client used only to presign URLs for browsers (public endpoint; never sends requests).
+    pub(crate) presign: aws_sdk_s3::Client,
+    pub(crate) signer: Arc<policy::Signer>,
+    pub(crate) bucket: String,
+    pub(crate) upload_ttl: Duration,
+    pub(crate) download_ttl: Duration,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -75,11 +98,19 @@ impl FromRef<AppState> for Arc<Authenticator> {
     }
 }
 
+/// What the background verifier needs.
+struct Sweeper {
+    s3: aws_sdk_s3::Client,
+    pool: PgPool,
+    every: Duration,
+}
+
 /// The built service, bound and ready to run.
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     resolver: resolve::Resolver,
+    sweeper: Sweeper,
     client: async_nats::Client,
     names: protocol::messaging::Names,
 }
@@ -95,22 +126,54 @@ impl Application {
         let (client, js) = platform::nats::connect(&config.nats, "attachments").await?;
         let probes = vec![
             ("postgres", platform::db::probe(pool.clone())),
-            ("s3", platform::s3::probe(s3, config.s3.bucket.clone())),
+            (
+                "s3",
+                platform::s3::probe(s3.clone(), config.s3.bucket.clone()),
+            ),
             ("nats", platform::nats::probe(js)),
         ];
         let resolver = resolve::Resolver {
             pool: pool.clone(),
+            s3: s3.clone(),
             supabase_secret: config.supabase_jwt_secret.clone(),
         };
-        let state = AppState { auth, pool };
-        let router = axum::Router::new()
-            .with_state(state)
-            .merge(platform::http::health_routes(probes));
+        let public_endpoint = config
+            .public_endpoint
+            .clone()
+            .or_else(|| config.s3.endpoint.clone())
+            .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", config.s3.region));
+        let presign = platform::s3::client(&platform::s3::S3Config {
+            endpoint: Some(public_endpoint.clone()),
+            ..config.s3.clone()
+        });
+        let signer = Arc::new(policy::Signer {
+            access_key: config.s3.access_key.clone(),
+            secret_key: secrecy::ExposeSecret::expose_secret(&config.s3.secret_key).to_owned(),
+            region: config.s3.region.clone(),
+            public_endpoint,
+        });
+        let sweeper = Sweeper {
+            s3: s3.clone(),
+            pool: pool.clone(),
+            every: config.sweep_every,
+        };
+        let state = AppState {
+            auth,
+            pool,
+            s3,
+            presign,
+            signer,
+            bucket: config.s3.bucket.clone(),
+            upload_ttl: config.upload_ttl,
+            download_ttl: config.download_ttl,
+        };
+        let router = routes::router(state).merge(platform::http::health_routes(probes));
         let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,
             router,
             resolver,
+            sweeper,
             client,
             names: config.nats.names,
         })
@@ -127,8 +190,16 @@ impl Application {
     /// Serves until `shutdown` is cancelled.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let http = platform::http::serve(self.listener, self.router, shutdown.clone());
-        let resolver = self.resolver.serve(self.client, self.names, shutdown);
-        let (http, resolved) = tokio::join!(http, resolver);
+        let resolver = self
+            .resolver
+            .serve(self.client, self.names, shutdown.clone());
+        let sweeper = verify::sweep(
+            self.sweeper.s3,
+            self.sweeper.pool,
+            self.sweeper.every,
+            shutdown,
+        );
+        let (http, resolved, ()) = tokio::join!(http, resolver, sweeper);
         http.context("attachments HTTP server failed")?;
         resolved
     }

@@ -20,6 +20,7 @@ const CONCURRENCY: usize = 64;
 
 pub(crate) struct Resolver {
     pub(crate) pool: PgPool,
+    pub(crate) s3: aws_sdk_s3::Client,
     /// Secret Supabase-style signed-URL tokens are verified with, when configured.
     pub(crate) supabase_secret: Option<SecretString>,
 }
@@ -39,10 +40,19 @@ impl Resolver {
         if !self.token_ok(&file) {
             return refused(RefusalReason::BadSignature);
         }
-        let Some(row) = store::find_owned(&self.pool, owner, &file.bucket, &file.path).await?
+        let Some(mut row) = store::find_owned(&self.pool, owner, &file.bucket, &file.path).await?
         else {
             return refused(RefusalReason::NotFound);
         };
+        if row.status == "pending" {
+            // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper.
+            row.status = match crate::verify::verify(&self.s3, &self.pool, &row).await? {
+                crate::verify::Verdict::Verified => "verified".to_owned(),
+                crate::verify::Verdict::Quarantined(_) => "quarantined".to_owned(),
+                crate::verify::Verdict::Waiting => "pending".to_owned(),
+                crate::verify::Verdict::Expired => return refused(RefusalReason::NotFound),
+            };
+        }
         match row.status.as_str() {
             "verified" => Ok(ResolveOutcome::Resolved(ResolvedFile {
                 bucket: file.bucket,

@@ -1,14 +1,28 @@
 //! All SQL of the attachments service.
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use uuid::Uuid;
 
-/// A file record, as the resolve endpoint reads it.
-#[derive(Debug, sqlx::FromRow)]
+/// A file record.
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct FileRow {
-    pub(crate) status: String,
-    pub(crate) content_type: String,
+    pub(crate) id: Uuid,
+    pub(crate) bucket: String,
+    pub(crate) object_key: String,
     pub(crate) file_name: String,
+    pub(crate) content_type: String,
     pub(crate) size_bytes: i64,
+    pub(crate) declared_sha256: Option<Vec<u8>>,
+    pub(crate) status: String,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
+}
+
+/// The columns of [`FileRow`], as a literal so queries stay static strings.
+macro_rules! file_columns {
+    () => {
+        "id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256, status, expires_at"
+    };
 }
 
 /// The owner's file at `bucket`/`key`, if there is one.
@@ -18,13 +32,149 @@ pub(crate) async fn find_owned(
     bucket: &str,
     key: &str,
 ) -> sqlx::Result<Option<FileRow>> {
-    sqlx::query_as(
-        "SELECT status, content_type, file_name, size_bytes FROM files
-         WHERE owner = $1 AND bucket = $2 AND object_key = $3",
-    )
+    sqlx::query_as(concat!(
+        "SELECT ",
+        file_columns!(),
+        " FROM files WHERE owner = $1 AND bucket = $2 AND object_key = $3"
+    ))
     .bind(owner)
     .bind(bucket)
     .bind(key)
     .fetch_optional(pool)
     .await
+}
+
+/// The owner's live file (verified, or pending) with this content, if any.
+pub(crate) async fn find_by_hash(
+    pool: &PgPool,
+    owner: &str,
+    sha256: &[u8],
+) -> sqlx::Result<Option<FileRow>> {
+    sqlx::query_as(concat!("SELECT ", file_columns!(), " FROM files
+         WHERE owner = $1 AND status IN ('pending', 'verified') AND (sha256 = $2 OR declared_sha256 = $2)
+         ORDER BY status = 'verified' DESC, created_at
+         LIMIT 1"))
+    .bind(owner)
+    .bind(sha256)
+    .fetch_optional(pool)
+    .await
+}
+
+/// A new upload waiting for its bytes.
+pub(crate) struct NewUpload<'a> {
+    pub(crate) id: Uuid,
+    pub(crate) owner: &'a str,
+    pub(crate) bucket: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) file_name: &'a str,
+    pub(crate) content_type: &'a str,
+    pub(crate) size: i64,
+    pub(crate) declared_sha256: Option<&'a [u8]>,
+    pub(crate) expires_at: DateTime<Utc>,
+}
+
+/// Records a pending upload. `false` when the owner already has a live file with this
+/// declared hash (a concurrent request won): nothing was written.
+pub(crate) async fn insert_pending(pool: &PgPool, u: &NewUpload<'_>) -> sqlx::Result<bool> {
+    let inserted = sqlx::query_scalar::<_, Uuid>(
+        "INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
+                            declared_sha256, status, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9)
+         ON CONFLICT (owner, declared_sha256)
+           WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+         DO NOTHING
+         RETURNING id",
+    )
+    .bind(u.id)
+    .bind(u.owner)
+    .bind(u.bucket)
+    .bind(u.key)
+    .bind(u.file_name)
+    .bind(u.content_type)
+    .bind(u.size)
+    .bind(u.declared_sha256)
+    .bind(u.expires_at)
+    .fetch_optional(pool)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+/// Extends a pending upload's expiry (a new form was signed for it).
+pub(crate) async fn extend_pending(
+    pool: &PgPool,
+    id: Uuid,
+    expires_at: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE files SET expires_at = GREATEST(expires_at, $2) WHERE id = $1 AND status = 'pending'")
+        .bind(id)
+        .bind(expires_at)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Marks a pending file verified with the SHA-256 of its stored bytes.
+pub(crate) async fn mark_verified(pool: &PgPool, id: Uuid, sha256: &[u8]) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE files SET status = 'verified', sha256 = $2, verified_at = now(), problem = NULL
+         WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(sha256)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Marks a pending file quarantined, saying why.
+pub(crate) async fn mark_quarantined(pool: &PgPool, id: Uuid, problem: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE files SET status = 'quarantined', problem = $2 WHERE id = $1 AND status = 'pending'")
+        .bind(id)
+        .bind(problem)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Pending uploads to look at, oldest first.
+pub(crate) async fn pending(pool: &PgPool, limit: i64) -> sqlx::Result<Vec<FileRow>> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        file_columns!(),
+        " FROM files WHERE status = 'pending' ORDER BY expires_at LIMIT $1"
+    ))
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Deletes a file record (its workspace entries go with it).
+pub(crate) async fn delete(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM files WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Puts a file in a session's workspace (idempotent).
+pub(crate) async fn add_to_workspace(
+    pool: &PgPool,
+    owner: &str,
+    session_id: &str,
+    file_id: Uuid,
+    source: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO workspace_files (id, owner, session_id, file_id, source) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (owner, session_id, file_id) DO NOTHING",
+    )
+    .bind(Uuid::now_v7())
+    .bind(owner)
+    .bind(session_id)
+    .bind(file_id)
+    .bind(source)
+    .execute(pool)
+    .await?;
+    Ok(())
 }

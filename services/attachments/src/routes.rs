@@ -1,0 +1,416 @@
+//! HTTP routes of the attachments service: thin handlers that extract, call and wrap.
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use chrono::Utc;
+use platform::auth::Owner;
+use platform::http::ErrorResponse;
+use protocol::ErrorCode;
+use protocol::file_types;
+use protocol::files::parse_file_url;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::policy::Upload;
+use crate::store::{self, NewUpload};
+
+/// Largest file accepted, in bytes (100 MB).
+pub(crate) const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
+/// Longest file name accepted, in characters.
+const MAX_FILE_NAME_CHARS: usize = 255;
+/// Longest session id accepted, in characters.
+const MAX_SESSION_ID_CHARS: usize = 128;
+
+pub(crate) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v2/files/upload-url", post(upload_url))
+        .route("/v2/files/download-url", get(download_url))
+        .route("/v2/files/delete", delete(delete_file))
+        .with_state(state)
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ErrorResponse {
+    ErrorResponse::with_field(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::InvalidRequest,
+        message,
+        field,
+    )
+}
+
+fn internal(err: impl Into<anyhow::Error>) -> ErrorResponse {
+    ErrorResponse::internal(&err.into())
+}
+
+/// A validated `POST /v2/files/upload-url` body.
+struct UploadRequest {
+    file_name: String,
+    file_type: &'static file_types::FileType,
+    file_size: u64,
+    content_hash: Option<[u8; 32]>,
+    session_id: Option<String>,
+}
+
+/// Parses and checks the body, naming the first offending field.
+fn parse_upload_request(body: &[u8]) -> Result<UploadRequest, ErrorResponse> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| invalid("", format!("body must be a JSON object: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(invalid("", "body must be a JSON object"));
+    };
+    let raw_name = match map.get("file_name") {
+        Some(Value::String(name)) => name,
+        Some(_) => return Err(invalid("file_name", "file_name must be a string")),
+        None => return Err(invalid("file_name", "file_name is required")),
+    };
+    if raw_name.chars().count() > MAX_FILE_NAME_CHARS {
+        return Err(invalid(
+            "file_name",
+            "file_name must be at most 255 characters",
+        ));
+    }
+    let file_name =
+        base_name(raw_name).ok_or_else(|| invalid("file_name", "file_name must name a file"))?;
+    let file_type = match map.get("file_type") {
+        Some(Value::String(t)) => file_types::allowed(t).ok_or_else(|| {
+            invalid(
+                "file_type",
+                format!("file_type {t:?} is not a supported type"),
+            )
+        })?,
+        Some(_) => return Err(invalid("file_type", "file_type must be a string")),
+        None => return Err(invalid("file_type", "file_type is required")),
+    };
+    let file_size = match map.get("file_size") {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| invalid("file_size", "file_size must be a positive integer"))?,
+        Some(_) => return Err(invalid("file_size", "file_size must be a positive integer")),
+        None => return Err(invalid("file_size", "file_size is required")),
+    };
+    if file_size > MAX_FILE_BYTES {
+        return Err(invalid("file_size", "file_size exceeds the 100 MB limit"));
+    }
+    let content_hash = match map.get("content_hash") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(h)) => Some(parse_sha256(h).ok_or_else(|| {
+            invalid(
+                "content_hash",
+                "content_hash must be 64 hexadecimal characters (SHA-256)",
+            )
+        })?),
+        Some(_) => return Err(invalid("content_hash", "content_hash must be a string")),
+    };
+    let session_id = match map.get("session_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && s.chars().count() <= MAX_SESSION_ID_CHARS => {
+            Some(s.clone())
+        }
+        Some(_) => {
+            return Err(invalid(
+                "session_id",
+                "session_id must be a string of 1 to 128 characters",
+            ));
+        }
+    };
+    Ok(UploadRequest {
+        file_name,
+        file_type,
+        file_size,
+        content_hash,
+        session_id,
+    })
+}
+
+/// The last path component of a client's file name, without control characters.
+fn base_name(raw: &str) -> Option<String> {
+    let last = raw.rsplit(['/', '\\']).next().unwrap_or_default();
+    let clean: String = last.chars().filter(|c| !c.is_control()).collect();
+    let clean = clean.trim();
+    (!clean.is_empty() && clean != "." && clean != "..").then(|| clean.to_owned())
+}
+
+/// A storage-safe rendering of a file name: ASCII letters, digits, `.`, `-`, `_`; never raw.
+fn key_name(file_name: &str) -> String {
+    let mut safe: String = file_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    safe = safe.trim_matches('.').chars().take(100).collect();
+    if safe.is_empty() {
+        "file".to_owned()
+    } else {
+        safe
+    }
+}
+
+fn parse_sha256(hex_digest: &str) -> Option<[u8; 32]> {
+    let bytes = hex::decode(hex_digest).ok()?;
+    bytes.try_into().ok()
+}
+
+fn content_url(bucket: &str, key: &str) -> String {
+    format!("s3://{bucket}/{key}")
+}
+
+/// `POST /v2/files/upload-url`: a presigned POST form for a new file, or the caller's existing
+/// verified file with the same content (`is_duplicate`).
+async fn upload_url(
+    State(state): State<AppState>,
+    owner: Owner,
+    body: axum::body::Bytes,
+) -> Result<Response, ErrorResponse> {
+    let request = parse_upload_request(&body)?;
+    let owner = owner.as_str();
+    let now = Utc::now();
+    let expires_at =
+        now + chrono::Duration::from_std(state.upload_ttl).unwrap_or(chrono::Duration::minutes(5));
+    let size = i64::try_from(request.file_size).unwrap_or(i64::MAX);
+    for _ in 0..3 {
+        if let Some(hash) = &request.content_hash
+            && let Some(existing) = store::find_by_hash(&state.pool, owner, hash)
+                .await
+                .map_err(internal)?
+        {
+            if existing.size_bytes != size || existing.content_type != request.file_type.mime {
+                return Err(ErrorResponse::with_field(
+                    StatusCode::CONFLICT,
+                    ErrorCode::Conflict,
+                    "a file with this content_hash but another size or type is already being uploaded",
+                    "content_hash",
+                ));
+            }
+            if let Some(session) = &request.session_id {
+                store::add_to_workspace(&state.pool, owner, session, existing.id, "upload")
+                    .await
+                    .map_err(internal)?;
+            }
+            if existing.status == "verified" {
+                return Ok(axum::Json(json!({
+                    "url": null,
+                    "fields": null,
+                    "content_url": content_url(&existing.bucket, &existing.object_key),
+                    "is_duplicate": true,
+                    "upload_required": false,
+                }))
+                .into_response());
+            }
+            // Pending: the same bytes may be sent again to the same key, with a fresh form.
+            store::extend_pending(&state.pool, existing.id, expires_at)
+                .await
+                .map_err(internal)?;
+            return Ok(form_answer(
+                &state,
+                &existing.bucket,
+                &existing.object_key,
+                request.file_type.mime,
+                request.file_size,
+                request.content_hash,
+            ));
+        }
+        let id = Uuid::now_v7();
+        let owner_dir = &protocol::messaging::digest(&[owner])[..32];
+        let key = format!("uploads/{owner_dir}/{id}/{}", key_name(&request.file_name));
+        let inserted = store::insert_pending(
+            &state.pool,
+            &NewUpload {
+                id,
+                owner,
+                bucket: &state.bucket,
+                key: &key,
+                file_name: &request.file_name,
+                content_type: request.file_type.mime,
+                size,
+                declared_sha256: request.content_hash.as_ref().map(|h| h.as_slice()),
+                expires_at,
+            },
+        )
+        .await
+        .map_err(internal)?;
+        if inserted {
+            if let Some(session) = &request.session_id {
+                store::add_to_workspace(&state.pool, owner, session, id, "upload")
+                    .await
+                    .map_err(internal)?;
+            }
+            tracing::info!(file.id = %id, "upload form signed");
+            return Ok(form_answer(
+                &state,
+                &state.bucket,
+                &key,
+                request.file_type.mime,
+                request.file_size,
+                request.content_hash,
+            ));
+        }
+        // A concurrent request for the same content won the insert: answer with its file.
+    }
+    Err(internal(anyhow::anyhow!(
+        "upload-url did not settle after concurrent inserts"
+    )))
+}
+
+fn form_answer(
+    state: &AppState,
+    bucket: &str,
+    key: &str,
+    mime: &str,
+    size: u64,
+    sha256: Option<[u8; 32]>,
+) -> Response {
+    let form = state.signer.sign(
+        &Upload {
+            bucket,
+            key,
+            content_type: mime,
+            size,
+            sha256,
+        },
+        Utc::now(),
+        state.upload_ttl,
+    );
+    axum::Json(json!({
+        "url": form.url,
+        "fields": Value::Object(form.fields),
+        "content_url": content_url(bucket, key),
+        "is_duplicate": false,
+        "upload_required": true,
+    }))
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentUrlQuery {
+    content_url: Option<String>,
+}
+
+/// The caller's file named by `content_url` (any form `parse_file_url` accepts).
+async fn owned_file(
+    state: &AppState,
+    owner: &str,
+    raw: Option<&str>,
+) -> Result<Option<store::FileRow>, ErrorResponse> {
+    let raw = raw.ok_or_else(|| invalid("content_url", "content_url is required"))?;
+    let file = parse_file_url(raw).map_err(|e| invalid("content_url", e.to_string()))?;
+    store::find_owned(&state.pool, owner, &file.bucket, &file.path)
+        .await
+        .map_err(internal)
+}
+
+/// `GET /v2/files/download-url?content_url=...`: a freshly signed, short-lived download URL.
+async fn download_url(
+    State(state): State<AppState>,
+    owner: Owner,
+    Query(query): Query<ContentUrlQuery>,
+) -> Result<axum::Json<Value>, ErrorResponse> {
+    let file = owned_file(&state, owner.as_str(), query.content_url.as_deref())
+        .await?
+        .filter(|f| f.status == "verified")
+        .ok_or_else(|| ErrorResponse::not_found("file"))?;
+    let url = crate::download::sign(&state.presign, &file, state.download_ttl)
+        .await
+        .map_err(internal)?;
+    Ok(axum::Json(json!({
+        "url": url,
+        "expires_in": state.download_ttl.as_secs(),
+        "content_type": file.content_type,
+        "file_name": file.file_name,
+        "file_size": file.size_bytes,
+    })))
+}
+
+/// `DELETE /v2/files/delete?content_url=...`: removes the caller's file and its object.
+/// Idempotent: a file that is not there (any more, or not the caller's) answers 204 as well.
+async fn delete_file(
+    State(state): State<AppState>,
+    owner: Owner,
+    Query(query): Query<ContentUrlQuery>,
+) -> Result<StatusCode, ErrorResponse> {
+    if let Some(file) = owned_file(&state, owner.as_str(), query.content_url.as_deref()).await? {
+        state
+            .s3
+            .delete_object()
+            .bucket(&file.bucket)
+            .key(&file.object_key)
+            .send()
+            .await
+            .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
+        store::delete(&state.pool, file.id)
+            .await
+            .map_err(internal)?;
+        tracing::info!(file.id = %file.id, "file deleted");
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_parts_are_stripped_from_file_names_and_keys_are_safe() {
+        assert_eq!(base_name("../../etc/passwd").as_deref(), Some("passwd"));
+        assert_eq!(
+            base_name("C:\\Users\\me\\báo cáo.pdf").as_deref(),
+            Some("báo cáo.pdf")
+        );
+        assert_eq!(base_name("dir/"), None);
+        assert_eq!(key_name("báo cáo (1).pdf"), "b_o_c_o__1_.pdf");
+        assert_eq!(key_name("..."), "file");
+    }
+
+    #[test]
+    fn each_field_rule_names_its_field() {
+        let cases = [
+            (
+                json!({"file_type": "text/plain", "file_size": 1}),
+                "file_name",
+            ),
+            (
+                json!({"file_name": "a".repeat(256), "file_type": "text/plain", "file_size": 1}),
+                "file_name",
+            ),
+            (
+                json!({"file_name": "a.exe", "file_type": "application/x-msdownload", "file_size": 1}),
+                "file_type",
+            ),
+            (
+                json!({"file_name": "a.txt", "file_type": "text/plain", "file_size": 0}),
+                "file_size",
+            ),
+            (
+                json!({"file_name": "a.txt", "file_type": "text/plain", "file_size": 104_857_601}),
+                "file_size",
+            ),
+            (
+                json!({"file_name": "a.txt", "file_type": "text/plain", "file_size": 1, "content_hash": "xyz"}),
+                "content_hash",
+            ),
+        ];
+        for (body, field) in cases {
+            let err = parse_upload_request(&serde_json::to_vec(&body).unwrap()).err();
+            let response = err.map(IntoResponse::into_response);
+            assert_eq!(
+                response.map(|r| r.status()),
+                Some(StatusCode::BAD_REQUEST),
+                "{field}"
+            );
+        }
+        let ok = parse_upload_request(
+            br#"{"file_name": "x/a.txt", "file_type": "text/plain", "file_size": 104857600}"#,
+        );
+        assert!(ok.is_ok_and(|r| r.file_name == "a.txt"));
+    }
+}

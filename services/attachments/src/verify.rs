@@ -1,0 +1,154 @@
+//! Verification of stored uploads: a declared hash is a claim, not a fact. A file becomes usable
+//! only once its stored object has the declared size, its SHA-256 is known (S3's checksum where
+//! the upload carried one, otherwise by reading the object once) and matches any declared hash,
+//! and its leading bytes look like its declared type. Anything else quarantines it.
+
+use aws_sdk_s3::types::ChecksumMode;
+use base64::Engine as _;
+use chrono::Utc;
+use protocol::file_types;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::store::{self, FileRow};
+
+/// Bytes read from the start of an object to check its type.
+const HEAD_BYTES: usize = 4096;
+
+/// What verifying a pending file found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Verified now.
+    Verified,
+    /// Quarantined now, with the reason.
+    Quarantined(String),
+    /// No object yet and the upload window is still open.
+    Waiting,
+    /// No object and the window closed: the record was removed.
+    Expired,
+}
+
+/// Verifies one pending file against its stored object.
+pub(crate) async fn verify(
+    s3: &aws_sdk_s3::Client,
+    pool: &PgPool,
+    file: &FileRow,
+) -> anyhow::Result<Verdict> {
+    let head = s3
+        .head_object()
+        .bucket(&file.bucket)
+        .key(&file.object_key)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await;
+    let head = match head {
+        Ok(head) => head,
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => {
+            if file.expires_at.is_some_and(|at| at < Utc::now()) {
+                store::delete(pool, file.id).await?;
+                return Ok(Verdict::Expired);
+            }
+            return Ok(Verdict::Waiting);
+        }
+        Err(err) => return Err(aws_sdk_s3::Error::from(err).into()),
+    };
+    match judge(s3, file, head.content_length(), head.checksum_sha256()).await? {
+        Ok(sha256) => {
+            store::mark_verified(pool, file.id, &sha256).await?;
+            tracing::info!(file.id = %file.id, "upload verified");
+            Ok(Verdict::Verified)
+        }
+        Err(problem) => {
+            store::mark_quarantined(pool, file.id, &problem).await?;
+            tracing::warn!(file.id = %file.id, problem, "upload quarantined");
+            Ok(Verdict::Quarantined(problem))
+        }
+    }
+}
+
+/// The stored bytes' SHA-256 if they are what was declared, else the problem.
+async fn judge(
+    s3: &aws_sdk_s3::Client,
+    file: &FileRow,
+    stored_size: Option<i64>,
+    s3_checksum: Option<&str>,
+) -> anyhow::Result<Result<Vec<u8>, String>> {
+    if stored_size != Some(file.size_bytes) {
+        return Ok(Err(format!(
+            "stored size {} differs from the declared {}",
+            stored_size.unwrap_or_default(),
+            file.size_bytes
+        )));
+    }
+    // A full-object SHA-256 checksum from S3 (not a multipart composite "...-N").
+    let s3_sha = s3_checksum
+        .filter(|c| !c.contains('-'))
+        .and_then(|c| base64::engine::general_purpose::STANDARD.decode(c).ok())
+        .filter(|d| d.len() == 32);
+    let (sha256, head) = match s3_sha {
+        Some(sha) => (sha, read(s3, file, Some(HEAD_BYTES)).await?.1),
+        None => read(s3, file, None).await?,
+    };
+    if let Some(declared) = &file.declared_sha256
+        && declared != &sha256
+    {
+        return Ok(Err(
+            "stored bytes do not have the declared SHA-256".to_owned()
+        ));
+    }
+    let matches = file_types::allowed(&file.content_type).is_some_and(|t| t.matches(&head));
+    if !matches {
+        return Ok(Err(format!("stored bytes are not {}", file.content_type)));
+    }
+    Ok(Ok(sha256))
+}
+
+/// Streams the object (or only its first `limit` bytes), returning its SHA-256 (of what was
+/// read) and its first bytes. Memory stays bounded whatever the object's size.
+async fn read(
+    s3: &aws_sdk_s3::Client,
+    file: &FileRow,
+    limit: Option<usize>,
+) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let mut request = s3.get_object().bucket(&file.bucket).key(&file.object_key);
+    if let Some(limit) = limit {
+        request = request.range(format!("bytes=0-{}", limit.saturating_sub(1)));
+    }
+    let mut body = request.send().await.map_err(aws_sdk_s3::Error::from)?.body;
+    let mut hasher = Sha256::new();
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    while let Some(chunk) = body.try_next().await? {
+        hasher.update(&chunk);
+        let room = HEAD_BYTES - head.len();
+        head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+    }
+    Ok((hasher.finalize().to_vec(), head))
+}
+
+/// Verifies pending uploads in the background and forgets those never completed.
+pub(crate) async fn sweep(
+    s3: aws_sdk_s3::Client,
+    pool: PgPool,
+    every: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let pending = match store::pending(&pool, 100).await {
+            Ok(pending) => pending,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot list pending uploads");
+                continue;
+            }
+        };
+        for file in pending {
+            if let Err(err) = verify(&s3, &pool, &file).await {
+                tracing::warn!(file.id = %file.id, error = format!("{err:#}"), "verification failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Presigned uploads against the real S3 server: the POST policy is enforced by S3 itself,
+//! dedup is per owner and only trusts verified bytes, downloads are signed, delete is idempotent.
+
+use std::time::Duration;
+
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use switchboard_system_tests::{EVENTUAL, TestPlatform};
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-not-a-real-image-but-a-png-signature";
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+async fn upload_url(platform: &TestPlatform, token: &str, body: &Value) -> (u16, Value) {
+    let response = platform
+        .http
+        .post(format!("{}/v2/files/upload-url", platform.urls.attachments))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// POSTs the form to S3 exactly as the seed's JavaScript does: every field, then the file.
+async fn post_form(platform: &TestPlatform, url: &str, fields: &Value, bytes: &[u8]) -> u16 {
+    let mut form = reqwest::multipart::Form::new();
+    for (name, value) in fields.as_object().unwrap() {
+        form = form.text(name.clone(), value.as_str().unwrap().to_owned());
+    }
+    form = form.part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes.to_vec()).file_name("upload"),
+    );
+    platform
+        .http
+        .post(url)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+async fn download_url(platform: &TestPlatform, token: &str, content_url: &str) -> (u16, Value) {
+    let response = platform
+        .http
+        .get(format!(
+            "{}/v2/files/download-url",
+            platform.urls.attachments
+        ))
+        .bearer_auth(token)
+        .query(&[("content_url", content_url)])
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Polls until the file can be downloaded (the verifier has checked it), or fails.
+async fn wait_verified(platform: &TestPlatform, token: &str, content_url: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    loop {
+        let (status, body) = download_url(platform, token, content_url).await;
+        if status == 200 {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{content_url} never verified: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn request(name: &str, mime: &str, bytes: &[u8]) -> Value {
+    json!({"file_name": name, "file_type": mime, "file_size": bytes.len(), "content_hash": sha256_hex(bytes)})
+}
+
+#[tokio::test]
+async fn a_presigned_upload_is_verified_downloadable_and_deduplicated_for_its_owner_only() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let bytes = b"quarterly numbers\n1,2,3\n";
+    let (status, form) = upload_url(
+        &platform,
+        &alice,
+        &request("../reports/báo cáo.txt", "text/plain", bytes),
+    )
+    .await;
+    assert_eq!(status, 200, "{form}");
+    assert_eq!(
+        (
+            form["is_duplicate"].as_bool(),
+            form["upload_required"].as_bool()
+        ),
+        (Some(false), Some(true))
+    );
+    let content_url = form["content_url"].as_str().unwrap().to_owned();
+    assert!(
+        content_url.starts_with(&format!("s3://{}/uploads/", platform.s3.bucket)),
+        "{content_url}"
+    );
+    assert!(
+        !content_url.contains("..") && !content_url.contains("reports"),
+        "path parts stripped: {content_url}"
+    );
+    for field in [
+        "key",
+        "policy",
+        "x-amz-algorithm",
+        "x-amz-credential",
+        "x-amz-date",
+        "x-amz-signature",
+    ] {
+        assert!(form["fields"][field].is_string(), "field {field} in {form}");
+    }
+    let status = post_form(
+        &platform,
+        form["url"].as_str().unwrap(),
+        &form["fields"],
+        bytes,
+    )
+    .await;
+    assert!(
+        (200..300).contains(&status),
+        "S3 accepted the upload: {status}"
+    );
+
+    let download = wait_verified(&platform, &alice, &content_url).await;
+    assert_eq!(download["file_name"], "báo cáo.txt");
+    let fetched = platform
+        .http
+        .get(download["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fetched.status().as_u16(), 200);
+    assert!(
+        fetched.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("inline")
+    );
+    assert_eq!(fetched.bytes().await.unwrap().as_ref(), bytes);
+
+    let (_, again) = upload_url(&platform, &alice, &request("copy.txt", "text/plain", bytes)).await;
+    assert_eq!(
+        (
+            again["is_duplicate"].as_bool(),
+            again["upload_required"].as_bool(),
+            again["content_url"].as_str()
+        ),
+        (Some(true), Some(false), Some(content_url.as_str())),
+        "the owner's verified file answers the second request: {again}"
+    );
+    let bob = platform.infra.token("bob");
+    let (_, bobs) = upload_url(&platform, &bob, &request("same.txt", "text/plain", bytes)).await;
+    assert_eq!(
+        bobs["is_duplicate"], false,
+        "dedup never crosses owners: {bobs}"
+    );
+    assert_ne!(bobs["content_url"], json!(content_url));
+    let (status, _) = download_url(&platform, &bob, &content_url).await;
+    assert_eq!(status, 404, "another user's content_url is not found");
+}
+
+#[tokio::test]
+async fn two_concurrent_requests_for_the_same_new_content_share_one_file() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let body = request("a.png", "image/png", PNG);
+    let answers =
+        futures::future::join_all((0..8).map(|_| upload_url(&platform, &alice, &body))).await;
+    let first = answers[0].1["content_url"].clone();
+    for (status, answer) in &answers {
+        assert_eq!((*status, &answer["content_url"]), (200, &first), "{answer}");
+    }
+}
+
+#[tokio::test]
+async fn the_s3_server_refuses_uploads_that_break_the_policy() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let bytes = b"exactly these bytes";
+    let (_, form) = upload_url(&platform, &alice, &request("a.txt", "text/plain", bytes)).await;
+    let url = form["url"].as_str().unwrap().to_owned();
+    let fields = form["fields"].clone();
+    let with = |name: &str, value: &str| {
+        let mut changed = fields.clone();
+        changed[name] = json!(value);
+        changed
+    };
+    let mut tampered_policy = fields["policy"].as_str().unwrap().to_owned();
+    tampered_policy.replace_range(
+        10..11,
+        if &tampered_policy[10..11] == "A" {
+            "B"
+        } else {
+            "A"
+        },
+    );
+    let cases = [
+        (
+            "too big",
+            fields.clone(),
+            b"exactly these bytes and more".to_vec(),
+        ),
+        (
+            "other bytes, same size",
+            fields.clone(),
+            b"EXACTLY THESE BYTES".to_vec(),
+        ),
+        (
+            "other key",
+            with("key", "uploads/someone-else/x.txt"),
+            bytes.to_vec(),
+        ),
+        (
+            "other type",
+            with("Content-Type", "text/html"),
+            bytes.to_vec(),
+        ),
+        (
+            "tampered policy",
+            with("policy", &tampered_policy),
+            bytes.to_vec(),
+        ),
+        (
+            "forged signature",
+            with("x-amz-signature", &"0".repeat(64)),
+            bytes.to_vec(),
+        ),
+    ];
+    for (what, fields, body) in cases {
+        let status = post_form(&platform, &url, &fields, &body).await;
+        assert!(
+            (400..500).contains(&status),
+            "{what}: S3 refused with 4xx, got {status}"
+        );
+    }
+
+    // An expired form: signed with the service's real credentials, ten minutes ago, for one second.
+    let signer = attachments::policy::Signer {
+        access_key: platform.s3.access_key.clone(),
+        secret_key: platform.s3.secret_key.expose_secret().to_owned(),
+        region: platform.s3.region.clone(),
+        public_endpoint: platform.s3.endpoint.clone().unwrap(),
+    };
+    let key = fields["key"].as_str().unwrap();
+    let upload = attachments::policy::Upload {
+        bucket: &platform.s3.bucket,
+        key,
+        content_type: "text/plain",
+        size: bytes.len() as u64,
+        sha256: None,
+    };
+    let expired = signer.sign(
+        &upload,
+        chrono::Utc::now() - chrono::Duration::minutes(10),
+        Duration::from_secs(1),
+    );
+    let status = post_form(
+        &platform,
+        &expired.url,
+        &Value::Object(expired.fields.clone()),
+        bytes,
+    )
+    .await;
+    assert!(
+        (400..500).contains(&status),
+        "expired: S3 refused with 4xx, got {status}"
+    );
+    let fresh = signer.sign(&upload, chrono::Utc::now(), Duration::from_secs(60));
+    let status = post_form(&platform, &fresh.url, &Value::Object(fresh.fields), bytes).await;
+    assert!(
+        (200..300).contains(&status),
+        "the same form signed now is accepted: {status}"
+    );
+}
+
+#[tokio::test]
+async fn bytes_that_are_not_the_declared_type_are_quarantined_and_refused_to_runs() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let not_a_png = b"<html><script>alert(1)</script></html>";
+    let (_, form) = upload_url(
+        &platform,
+        &alice,
+        &request("cat.png", "image/png", not_a_png),
+    )
+    .await;
+    let status = post_form(
+        &platform,
+        form["url"].as_str().unwrap(),
+        &form["fields"],
+        not_a_png,
+    )
+    .await;
+    assert!(
+        (200..300).contains(&status),
+        "S3 stores it: the hash and size are right"
+    );
+    let content_url = form["content_url"].as_str().unwrap();
+    let thread = uuid::Uuid::new_v4().to_string();
+    let mut run = switchboard_system_tests::text_run(&thread, "q", "");
+    run["messages"][0]["content"] =
+        json!([{"type": "binary", "mimeType": "image/png", "url": content_url}]);
+    let (status, answer) = platform.api().post_run(&alice, &run).await.unwrap();
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "file failed verification and is quarantined"
+    );
+    let (status, _) = download_url(&platform, &alice, content_url).await;
+    assert_eq!(status, 404, "a quarantined file is not handed out");
+    let (_, again) = upload_url(
+        &platform,
+        &alice,
+        &request("cat.png", "image/png", not_a_png),
+    )
+    .await;
+    assert_eq!(
+        again["is_duplicate"], false,
+        "a quarantined file is never a dedup answer: {again}"
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_the_object_is_idempotent_and_only_touches_the_owners_file() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let bob = platform.infra.token("bob");
+    let (_, form) = upload_url(&platform, &alice, &request("a.png", "image/png", PNG)).await;
+    post_form(
+        &platform,
+        form["url"].as_str().unwrap(),
+        &form["fields"],
+        PNG,
+    )
+    .await;
+    let content_url = form["content_url"].as_str().unwrap().to_owned();
+    let download = wait_verified(&platform, &alice, &content_url).await;
+    let delete = |token: String| {
+        let request = platform
+            .http
+            .delete(format!("{}/v2/files/delete", platform.urls.attachments))
+            .bearer_auth(token)
+            .query(&[("content_url", content_url.clone())]);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(
+        delete(bob.clone()).await,
+        204,
+        "bob's delete changes nothing and reveals nothing"
+    );
+    assert_eq!(
+        download_url(&platform, &alice, &content_url).await.0,
+        200,
+        "alice's file is still there"
+    );
+    assert_eq!(delete(alice.clone()).await, 204);
+    assert_eq!(delete(alice.clone()).await, 204, "deleting again is fine");
+    assert_eq!(download_url(&platform, &alice, &content_url).await.0, 404);
+    let stale = platform
+        .http
+        .get(download["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status().as_u16(), 404, "the object is gone from S3");
+}
+
+#[tokio::test]
+async fn upload_url_refuses_bad_fields_naming_each() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let cases = [
+        (
+            json!({"file_type": "text/plain", "file_size": 1}),
+            "file_name",
+        ),
+        (
+            json!({"file_name": "a.exe", "file_type": "application/x-msdownload", "file_size": 1}),
+            "file_type",
+        ),
+        (
+            json!({"file_name": "a.txt", "file_type": "text/plain", "file_size": 104_857_601}),
+            "file_size",
+        ),
+        (
+            json!({"file_name": "a.txt", "file_type": "text/plain", "file_size": 1, "content_hash": "abc"}),
+            "content_hash",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = upload_url(&platform, &alice, &body).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{answer}"
+        );
+    }
+    let (status, _) = upload_url(&platform, "", &request("a.txt", "text/plain", b"x")).await;
+    assert_eq!(status, 401);
+}
