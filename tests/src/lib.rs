@@ -40,6 +40,8 @@ pub struct Options {
     pub rate_per_minute: u32,
     /// Runs per owner in a burst.
     pub rate_burst: u32,
+    /// Origins the attachments service answers CORS requests from (a browser test's page).
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Default for Options {
@@ -48,6 +50,7 @@ impl Default for Options {
             active_run_policy: runs::ActiveRunPolicy::Reject,
             rate_per_minute: 10_000,
             rate_burst: 10_000,
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -107,6 +110,7 @@ impl TestPlatform {
             upload_ttl: Duration::from_secs(300),
             download_ttl: Duration::from_secs(300),
             sweep_every: Duration::from_secs(1),
+            cors_allowed_origins: options.cors_allowed_origins.clone(),
         })
         .await?;
         let runs = runs::Application::build(runs::Config {

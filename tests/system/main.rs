@@ -1,6 +1,8 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
 
 mod admission;
+mod browser;
 mod first_run;
 mod run_contract;
+mod server_upload;
 mod uploads;

@@ -1,10 +1,13 @@
-//! Benchmark tools for the runs service (see `BENCHMARKS.md` and `scripts/bench-runs.sh`):
+//! Benchmark tools for the runs and attachments services (see `BENCHMARKS.md`,
+//! `scripts/bench-runs.sh` and `scripts/bench-attachments.sh`):
 //!
-//! - `bare-axum`: a bare axum handler that reads the same body as `POST /api/v1/agent/runs`
-//!   and answers 202 with a `TaskAcceptedResponse`-shaped JSON, without auth, validation or
-//!   NATS: the ceiling of HTTP acceptance on this machine.
+//! - `bare-axum`: bare axum handlers that read the same bodies as `POST /api/v1/agent/runs`
+//!   and `POST /v2/files/upload-url` and answer same-shaped JSON, without auth, validation,
+//!   NATS or a database: the ceiling of HTTP + JSON on this machine.
 //! - `js-publish-loop`: publishes the same `RunTask` messages the runs service publishes to the
 //!   same JetStream stream, K in flight, awaiting every ack: the ceiling of JetStream.
+//! - `s3-put`: one `PutObject` of a file, streamed from disk, to the S3 server the attachments
+//!   service uses, with the same credentials: the ceiling of a server-side upload.
 
 use std::collections::HashMap;
 
@@ -24,6 +27,16 @@ pub fn run_body(thread_id: &str, run_id: &str, text: &str) -> String {
         "messages": [{"id": "m1", "role": "user", "content": text}],
     })
     .to_string()
+}
+
+/// The peak resident set size of this process so far (`VmHWM` of `/proc/self/status`), in KiB;
+/// `None` where `/proc` is not there.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// `--name value` pairs of the command line (a bare first argument is kept under `""`).
@@ -102,5 +115,12 @@ mod tests {
         assert_eq!(args.positional().as_deref(), Some("127.0.0.1:1"));
         assert_eq!(args.parsed("count", "BENCH_UNSET_VAR", 0_u64).ok(), Some(5));
         assert!(Args::parse(["--count"].map(String::from)).is_err());
+    }
+
+    #[test]
+    fn the_peak_rss_is_read_from_proc() {
+        if std::path::Path::new("/proc/self/status").exists() {
+            assert!(peak_rss_kib().is_some_and(|kib| kib > 0));
+        }
     }
 }

@@ -206,6 +206,85 @@ impl RefusalReason {
     }
 }
 
+/// Most URLs signed in one [`SignRequest`].
+pub const MAX_SIGN_BATCH: usize = 200;
+/// Largest generated file registered inline over NATS (NATS's default payload limit is 1 MiB).
+pub const MAX_GENERATED_INLINE_BYTES: usize = 768 * 1024;
+
+/// Request: fresh download URLs for files `owner` owns. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum SignRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// Whose files.
+        owner: String,
+        /// `content_url`s (or any form [`parse_file_url`] takes), at most [`MAX_SIGN_BATCH`].
+        urls: Vec<String>,
+    },
+}
+
+/// Answer to a [`SignRequest`], in request order: a URL, or `null` for a file that is not the
+/// owner's, not verified, or gone. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum SignReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// Signed URLs.
+        urls: Vec<Option<String>>,
+        /// Seconds they stay valid.
+        expires_in: u64,
+    },
+}
+
+/// Request from the worker: keep a file the agent generated in a session's workspace. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum RegisterGenerated {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The run's owner.
+        owner: String,
+        /// Session (thread) the file belongs to.
+        session_id: String,
+        /// File name as the agent called it.
+        file_name: String,
+        /// MIME type; must be an allowed type.
+        content_type: String,
+        /// The bytes, base64, at most [`MAX_GENERATED_INLINE_BYTES`] decoded.
+        content_base64: String,
+    },
+}
+
+/// Answer to [`RegisterGenerated`]. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum RegisterReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1(RegisterOutcome),
+}
+
+/// The stored file, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RegisterOutcome {
+    /// Stored and verified.
+    Registered {
+        /// `s3://bucket/key`.
+        content_url: String,
+    },
+    /// Refused, with a safe reason.
+    Refused {
+        /// Why.
+        message: String,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,6 +138,16 @@ impl Names {
         format!("{}.attachments.resolve", self.prefix)
     }
 
+    /// Request/reply subject of the attachments service's bulk download signing.
+    pub fn attachments_sign_subject(&self) -> String {
+        format!("{}.attachments.sign", self.prefix)
+    }
+
+    /// Request/reply subject on which the worker registers a generated file.
+    pub fn attachments_register_subject(&self) -> String {
+        format!("{}.attachments.register", self.prefix)
+    }
+
     fn bucket(&self, name: &str) -> String {
         format!(
             "{}_{name}",

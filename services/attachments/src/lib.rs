@@ -7,6 +7,7 @@ mod download;
 pub mod policy;
 mod resolve;
 mod routes;
+mod server_upload;
 mod store;
 mod verify;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::extract::FromRef;
+use axum::http::{HeaderValue, Method, header};
 use platform::auth::{AuthConfig, Authenticator};
 use platform::config::{ConfigError, Env};
 use platform::nats::NatsConfig;
@@ -24,6 +26,7 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 /// The schema attachments owns.
 pub const SCHEMA: &str = "attachments";
@@ -53,6 +56,9 @@ pub struct Config {
     pub download_ttl: Duration,
     /// How often pending uploads are verified (`SB_ATTACHMENTS_SWEEP_SECS`, default 5).
     pub sweep_every: Duration,
+    /// Browser origins allowed to call the HTTP API cross-origin (`SB_CORS_ALLOWED_ORIGINS`,
+    /// comma-separated exact origins such as `https://chat.example.com`; default none: no CORS).
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Config {
@@ -74,8 +80,66 @@ impl Config {
             upload_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_UPLOAD_TTL_SECS", 300)?),
             download_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_DOWNLOAD_TTL_SECS", 300)?),
             sweep_every: Duration::from_secs(env.or("SB_ATTACHMENTS_SWEEP_SECS", 5)?.max(1)),
+            cors_allowed_origins: env
+                .raw(CORS_ORIGINS_VAR)
+                .map(parse_origins)
+                .transpose()
+                .map_err(|reason| ConfigError::Invalid {
+                    name: CORS_ORIGINS_VAR.to_owned(),
+                    reason,
+                })?
+                .unwrap_or_default(),
         })
     }
+}
+
+const CORS_ORIGINS_VAR: &str = "SB_CORS_ALLOWED_ORIGINS";
+
+/// Splits a comma-separated list of origins, each exactly as a browser sends it in `Origin`:
+/// `scheme://host[:port]`, no path, no trailing slash (which would never match), no wildcard.
+fn parse_origins(raw: &str) -> Result<Vec<String>, String> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|origin| !origin.is_empty())
+        .map(|origin| {
+            let host = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                .ok_or_else(|| format!("{origin:?} is not an http(s) origin"))?;
+            let valid = !host.is_empty()
+                && !host.contains(['/', '?', '#', '*', '@'])
+                && origin.parse::<HeaderValue>().is_ok();
+            if valid {
+                Ok(origin.to_owned())
+            } else {
+                Err(format!(
+                    "{origin:?} is not an origin (scheme://host[:port], nothing after)"
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The CORS policy for browser clients on `origins`, or none when the list is empty.
+fn cors_layer(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let origins = origins
+        .iter()
+        .map(|origin| {
+            origin
+                .parse::<HeaderValue>()
+                .with_context(|| format!("invalid CORS origin {origin:?}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(600)),
+    ))
 }
 
 /// Shared state of the handlers.
@@ -132,11 +196,6 @@ impl Application {
             ),
             ("nats", platform::nats::probe(js)),
         ];
-        let resolver = resolve::Resolver {
-            pool: pool.clone(),
-            s3: s3.clone(),
-            supabase_secret: config.supabase_jwt_secret.clone(),
-        };
         let public_endpoint = config
             .public_endpoint
             .clone()
@@ -152,6 +211,14 @@ impl Application {
             region: config.s3.region.clone(),
             public_endpoint,
         });
+        let resolver = resolve::Resolver {
+            pool: pool.clone(),
+            s3: s3.clone(),
+            supabase_secret: config.supabase_jwt_secret.clone(),
+            presign: presign.clone(),
+            bucket: config.s3.bucket.clone(),
+            download_ttl: config.download_ttl,
+        };
         let sweeper = Sweeper {
             s3: s3.clone(),
             pool: pool.clone(),
@@ -167,7 +234,10 @@ impl Application {
             upload_ttl: config.upload_ttl,
             download_ttl: config.download_ttl,
         };
-        let router = routes::router(state).merge(platform::http::health_routes(probes));
+        let mut router = routes::router(state).merge(platform::http::health_routes(probes));
+        if let Some(cors) = cors_layer(&config.cors_allowed_origins)? {
+            router = router.layer(cors);
+        }
         let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,
@@ -223,5 +293,30 @@ impl platform::service::Service for Application {
 
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         Application::run(self, shutdown).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_origins;
+
+    #[test]
+    fn cors_origins_are_exact_http_origins() {
+        assert_eq!(
+            parse_origins(" https://chat.example.com , http://127.0.0.1:5173,"),
+            Ok(vec![
+                "https://chat.example.com".to_owned(),
+                "http://127.0.0.1:5173".to_owned()
+            ])
+        );
+        for bad in [
+            "chat.example.com",
+            "https://chat.example.com/",
+            "https://*.example.com",
+            "ftp://example.com",
+            "https://",
+        ] {
+            assert!(parse_origins(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,19 +1,27 @@
-//! The resolve endpoint on NATS: a URL or `content_url` from a run -> a verified file the
-//! caller owns, or why not.
+//! The request/reply endpoints on NATS (queue group `attachments`, one replica answers):
+//! resolve a URL or `content_url` to a verified file the caller owns, sign download URLs in
+//! bulk, and keep a file the agent generated.
 
+use std::time::Duration;
+
+use base64::Engine as _;
 use futures::StreamExt;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
+use protocol::file_types;
 use protocol::files::{
-    FileRef, RefusalReason, ResolveOutcome, ResolveReply, ResolveRequest, ResolvedFile,
-    parse_file_url,
+    FileRef, MAX_GENERATED_INLINE_BYTES, MAX_SIGN_BATCH, RefusalReason, RegisterGenerated,
+    RegisterOutcome, RegisterReply, ResolveOutcome, ResolveReply, ResolveRequest, ResolvedFile,
+    SignReply, SignRequest, parse_file_url,
 };
 use protocol::messaging::{ATTACHMENTS_QUEUE, Names};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
-use crate::store;
+use crate::store::{self, NewUpload};
 
 /// Requests answered at once by one replica.
 const CONCURRENCY: usize = 64;
@@ -23,6 +31,12 @@ pub(crate) struct Resolver {
     pub(crate) s3: aws_sdk_s3::Client,
     /// Secret Supabase-style signed-URL tokens are verified with, when configured.
     pub(crate) supabase_secret: Option<SecretString>,
+    /// Presigning client (public endpoint).
+    pub(crate) presign: aws_sdk_s3::Client,
+    /// Bucket generated files go to.
+    pub(crate) bucket: String,
+    /// Validity of signed download URLs.
+    pub(crate) download_ttl: Duration,
 }
 
 #[derive(Deserialize)]
@@ -82,54 +96,198 @@ impl Resolver {
         .is_ok_and(|data| data.claims.url == format!("{}/{}", file.bucket, file.path))
     }
 
-    /// Answers resolve requests until `shutdown`.
+    /// Fresh download URLs for the owner's verified files, `None` for anything else.
+    pub(crate) async fn sign(
+        &self,
+        owner: &str,
+        urls: &[String],
+    ) -> anyhow::Result<Vec<Option<String>>> {
+        let mut signed = Vec::with_capacity(urls.len());
+        for url in urls.iter().take(MAX_SIGN_BATCH) {
+            let row = match parse_file_url(url) {
+                Ok(file) => store::find_owned(&self.pool, owner, &file.bucket, &file.path).await?,
+                Err(_) => None,
+            };
+            signed.push(match row.filter(|r| r.status == "verified") {
+                Some(row) => {
+                    Some(crate::download::sign(&self.presign, &row, self.download_ttl).await?)
+                }
+                None => None,
+            });
+        }
+        Ok(signed)
+    }
+
+    /// Stores a file the agent generated and puts it in the session's workspace.
+    pub(crate) async fn register(
+        &self,
+        request: RegisterGenerated,
+    ) -> anyhow::Result<RegisterOutcome> {
+        let RegisterGenerated::V1 {
+            owner,
+            session_id,
+            file_name,
+            content_type,
+            content_base64,
+        } = request;
+        let refused = |message: &str| {
+            Ok(RegisterOutcome::Refused {
+                message: message.to_owned(),
+            })
+        };
+        let Some(file_type) = file_types::allowed(&content_type) else {
+            return refused("content_type is not a supported type");
+        };
+        let Some(name) = crate::routes::base_name(&file_name).filter(|n| n.chars().count() <= 255)
+        else {
+            return refused("file_name must name a file of at most 255 characters");
+        };
+        if session_id.is_empty() || session_id.chars().count() > 128 {
+            return refused("session_id must be 1 to 128 characters");
+        }
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(content_base64.as_bytes())
+        else {
+            return refused("content_base64 is not base64");
+        };
+        if bytes.is_empty() || bytes.len() > MAX_GENERATED_INLINE_BYTES {
+            return refused("generated file must be 1 byte to 768 KiB");
+        }
+        if !file_type.matches(&bytes[..bytes.len().min(4096)]) {
+            return refused("the bytes are not of the declared content_type");
+        }
+        let sha256: [u8; 32] = Sha256::digest(&bytes).into();
+        let id = Uuid::now_v7();
+        let owner_dir = &protocol::messaging::digest(&[&owner])[..32];
+        let key = format!(
+            "generated/{owner_dir}/{id}/{}",
+            crate::routes::key_name(&name)
+        );
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .content_type(file_type.mime)
+            .body(bytes.clone().into())
+            .send()
+            .await
+            .map_err(aws_sdk_s3::Error::from)?;
+        let upload = NewUpload {
+            id,
+            owner: &owner,
+            bucket: &self.bucket,
+            key: &key,
+            file_name: &name,
+            content_type: file_type.mime,
+            size: i64::try_from(bytes.len())?,
+            declared_sha256: None,
+            expires_at: chrono::Utc::now(),
+        };
+        let file = if store::insert_verified(&self.pool, &upload, &sha256).await? {
+            store::find_owned(&self.pool, &owner, &self.bucket, &key).await?
+        } else {
+            self.s3
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+                .map_err(aws_sdk_s3::Error::from)?;
+            store::find_by_hash(&self.pool, &owner, &sha256).await?
+        };
+        let Some(file) = file else {
+            return refused("the same content is being uploaded; retry");
+        };
+        store::add_to_workspace(&self.pool, &owner, &session_id, file.id, "generated").await?;
+        Ok(RegisterOutcome::Registered {
+            content_url: format!("s3://{}/{}", file.bucket, file.object_key),
+        })
+    }
+
+    /// Answers the endpoints until `shutdown`.
     pub(crate) async fn serve(
         self,
         client: async_nats::Client,
         names: Names,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let requests = client
-            .queue_subscribe(
-                names.attachments_resolve_subject(),
-                ATTACHMENTS_QUEUE.to_owned(),
-            )
-            .await?;
-        requests
+        let resolve_subject = names.attachments_resolve_subject();
+        let sign_subject = names.attachments_sign_subject();
+        let mut subscriptions = Vec::new();
+        for subject in [
+            &resolve_subject,
+            &sign_subject,
+            &names.attachments_register_subject(),
+        ] {
+            subscriptions.push(
+                client
+                    .queue_subscribe(subject.clone(), ATTACHMENTS_QUEUE.to_owned())
+                    .await?,
+            );
+        }
+        futures::stream::select_all(subscriptions)
             .take_until(shutdown.cancelled_owned())
             .for_each_concurrent(CONCURRENCY, |message| {
                 let client = client.clone();
-                let this = &self;
+                let (this, resolve_subject, sign_subject) =
+                    (&self, &resolve_subject, &sign_subject);
                 async move {
-                    let Some(reply) = message.reply else { return };
-                    let outcome = match serde_json::from_slice::<ResolveRequest>(&message.payload) {
-                        Ok(ResolveRequest::V1 { owner, url }) => {
-                            match this.resolve(&owner, &url).await {
-                                Ok(outcome) => outcome,
-                                Err(err) => {
-                                    tracing::error!(error = format!("{err:#}"), "resolve failed");
-                                    return; // no answer: the caller times out and answers 503
-                                }
-                            }
-                        }
-                        Err(err) => {
-                            tracing::warn!(error = %err, "undecodable resolve request");
-                            ResolveOutcome::Refused {
-                                reason: RefusalReason::BadUrl,
-                            }
-                        }
+                    let Some(reply) = message.reply.clone() else {
+                        return;
                     };
-                    match serde_json::to_vec(&ResolveReply::V1(outcome)) {
+                    let subject = message.subject.as_str();
+                    let answer = if subject == resolve_subject.as_str() {
+                        this.answer_resolve(&message.payload).await
+                    } else if subject == sign_subject.as_str() {
+                        this.answer_sign(&message.payload).await
+                    } else {
+                        this.answer_register(&message.payload).await
+                    };
+                    match answer {
                         Ok(payload) => {
                             if let Err(err) = client.publish(reply, payload.into()).await {
-                                tracing::warn!(error = %err, "cannot answer a resolve request");
+                                tracing::warn!(error = %err, "cannot answer a request");
                             }
                         }
-                        Err(err) => tracing::error!(error = %err, "cannot encode a resolve reply"),
+                        // No answer: the caller times out and reports the dependency unavailable.
+                        Err(err) => {
+                            tracing::error!(subject, error = format!("{err:#}"), "request failed")
+                        }
                     }
                 }
             })
             .await;
         Ok(())
+    }
+
+    async fn answer_resolve(&self, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let outcome = match serde_json::from_slice::<ResolveRequest>(payload) {
+            Ok(ResolveRequest::V1 { owner, url }) => self.resolve(&owner, &url).await?,
+            Err(err) => {
+                tracing::warn!(error = %err, "undecodable resolve request");
+                ResolveOutcome::Refused {
+                    reason: RefusalReason::BadUrl,
+                }
+            }
+        };
+        Ok(serde_json::to_vec(&ResolveReply::V1(outcome))?)
+    }
+
+    async fn answer_sign(&self, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let SignRequest::V1 { owner, urls } = serde_json::from_slice(payload)?;
+        let urls = self.sign(&owner, &urls).await?;
+        Ok(serde_json::to_vec(&SignReply::V1 {
+            urls,
+            expires_in: self.download_ttl.as_secs(),
+        })?)
+    }
+
+    async fn answer_register(&self, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let outcome = match serde_json::from_slice::<RegisterGenerated>(payload) {
+            Ok(request) => self.register(request).await?,
+            Err(err) => RegisterOutcome::Refused {
+                message: format!("undecodable request: {err}"),
+            },
+        };
+        Ok(serde_json::to_vec(&RegisterReply::V1(outcome))?)
     }
 }

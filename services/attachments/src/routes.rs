@@ -1,7 +1,7 @@
 //! HTTP routes of the attachments service: thin handlers that extract, call and wrap.
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::{DefaultBodyLimit, Multipart, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -21,6 +21,8 @@ use crate::store::{self, NewUpload};
 
 /// Largest file accepted, in bytes (100 MB).
 pub(crate) const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
+/// Largest multipart form accepted: the file plus room for the other fields and boundaries.
+const MAX_FORM_BYTES: usize = 100 * 1024 * 1024 + 64 * 1024;
 /// Longest file name accepted, in characters.
 const MAX_FILE_NAME_CHARS: usize = 255;
 /// Longest session id accepted, in characters.
@@ -31,6 +33,11 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v2/files/upload-url", post(upload_url))
         .route("/v2/files/download-url", get(download_url))
         .route("/v2/files/delete", delete(delete_file))
+        .route("/v2/files", get(workspace))
+        .route(
+            "/api/v1/agent/attachments",
+            post(server_upload).layer(DefaultBodyLimit::max(MAX_FORM_BYTES)),
+        )
         .with_state(state)
 }
 
@@ -129,7 +136,7 @@ fn parse_upload_request(body: &[u8]) -> Result<UploadRequest, ErrorResponse> {
 }
 
 /// The last path component of a client's file name, without control characters.
-fn base_name(raw: &str) -> Option<String> {
+pub(crate) fn base_name(raw: &str) -> Option<String> {
     let last = raw.rsplit(['/', '\\']).next().unwrap_or_default();
     let clean: String = last.chars().filter(|c| !c.is_control()).collect();
     let clean = clean.trim();
@@ -137,7 +144,7 @@ fn base_name(raw: &str) -> Option<String> {
 }
 
 /// A storage-safe rendering of a file name: ASCII letters, digits, `.`, `-`, `_`; never raw.
-fn key_name(file_name: &str) -> String {
+pub(crate) fn key_name(file_name: &str) -> String {
     let mut safe: String = file_name
         .chars()
         .map(|c| {
@@ -221,8 +228,7 @@ async fn upload_url(
             ));
         }
         let id = Uuid::now_v7();
-        let owner_dir = &protocol::messaging::digest(&[owner])[..32];
-        let key = format!("uploads/{owner_dir}/{id}/{}", key_name(&request.file_name));
+        let key = crate::server_upload::object_key(owner, id, &request.file_name);
         let inserted = store::insert_pending(
             &state.pool,
             &NewUpload {
@@ -413,4 +419,133 @@ mod tests {
         );
         assert!(ok.is_ok_and(|r| r.file_name == "a.txt"));
     }
+}
+
+/// `POST /api/v1/agent/attachments` (multipart: `file`, optional `file_type`, `session_id`):
+/// the file is streamed to S3 while hashed and checked; answers `{bucket, path, mime_type, url}`.
+async fn server_upload(
+    State(state): State<AppState>,
+    owner: Owner,
+    form: Multipart,
+) -> Result<axum::Json<Value>, ErrorResponse> {
+    use crate::server_upload::{UploadError, object_key, receive};
+    let owner = owner.as_str();
+    let id = Uuid::now_v7();
+    let stored = receive(
+        &state.s3,
+        &state.bucket,
+        |name| object_key(owner, id, name),
+        form,
+        MAX_FILE_BYTES,
+    )
+    .await
+    .map_err(|err| match err {
+        UploadError::Invalid { field, message } => invalid(field, message),
+        UploadError::TooLarge => ErrorResponse::with_field(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::PayloadTooLarge,
+            "file exceeds the 100 MB limit",
+            "file",
+        ),
+        UploadError::Failed(e) => internal(e),
+    })?;
+    let upload = NewUpload {
+        id,
+        owner,
+        bucket: &state.bucket,
+        key: &stored.key,
+        file_name: &stored.file_name,
+        content_type: stored.file_type.mime,
+        size: i64::try_from(stored.size).unwrap_or(i64::MAX),
+        declared_sha256: None,
+        expires_at: Utc::now(),
+    };
+    let file = if store::insert_verified(&state.pool, &upload, &stored.sha256)
+        .await
+        .map_err(internal)?
+    {
+        store::find_owned(&state.pool, owner, &state.bucket, &stored.key)
+            .await
+            .map_err(internal)?
+    } else {
+        // The owner already has this content: keep one object.
+        state
+            .s3
+            .delete_object()
+            .bucket(&state.bucket)
+            .key(&stored.key)
+            .send()
+            .await
+            .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
+        store::find_by_hash(&state.pool, owner, &stored.sha256)
+            .await
+            .map_err(internal)?
+    };
+    let file = file.filter(|f| f.status == "verified").ok_or_else(|| {
+        ErrorResponse::with_field(
+            StatusCode::CONFLICT,
+            ErrorCode::Conflict,
+            "this content is already being uploaded with a presigned form; retry once it completes",
+            "file",
+        )
+    })?;
+    if let Some(session) = &stored.session_id {
+        store::add_to_workspace(&state.pool, owner, session, file.id, "upload")
+            .await
+            .map_err(internal)?;
+    }
+    let url = crate::download::sign(&state.presign, &file, state.download_ttl)
+        .await
+        .map_err(internal)?;
+    tracing::info!(file.id = %file.id, size = stored.size, "file uploaded through the service");
+    Ok(axum::Json(json!({
+        "bucket": file.bucket,
+        "path": file.object_key,
+        "mime_type": file.content_type,
+        "url": url,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkspaceQuery {
+    session_id: Option<String>,
+}
+
+/// `GET /v2/files?session_id=...`: the files of one of the caller's sessions, uploads and
+/// generated ones, oldest first.
+async fn workspace(
+    State(state): State<AppState>,
+    owner: Owner,
+    Query(query): Query<WorkspaceQuery>,
+) -> Result<axum::Json<Value>, ErrorResponse> {
+    let session = query
+        .session_id
+        .filter(|s| !s.is_empty() && s.chars().count() <= MAX_SESSION_ID_CHARS)
+        .ok_or_else(|| {
+            invalid(
+                "session_id",
+                "session_id must be a string of 1 to 128 characters",
+            )
+        })?;
+    let rows = store::workspace(&state.pool, owner.as_str(), &session)
+        .await
+        .map_err(internal)?;
+    let files: Vec<Value> = rows
+        .into_iter()
+        .map(|row| {
+            let icon = file_types::allowed(&row.content_type).map_or("file", |t| t.icon);
+            json!({
+                "content_url": content_url(&row.bucket, &row.object_key),
+                "path": row.object_key,
+                "filename": row.file_name,
+                "icon_type": icon,
+                "source": row.source,
+                "file_size": row.size_bytes,
+                "content_type": row.content_type,
+                "status": row.status,
+                "created_at": row.created_at,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({"session_id": session, "files": files})))
 }

@@ -178,3 +178,64 @@ pub(crate) async fn add_to_workspace(
     .await?;
     Ok(())
 }
+
+/// Records a file whose bytes the service checked itself. `false` when the owner already has
+/// a live file with the same content (nothing was written).
+pub(crate) async fn insert_verified(
+    pool: &PgPool,
+    u: &NewUpload<'_>,
+    sha256: &[u8],
+) -> sqlx::Result<bool> {
+    let inserted = sqlx::query_scalar::<_, Uuid>(
+        "INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
+                            declared_sha256, sha256, status, verified_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, 'verified', now())
+         ON CONFLICT (owner, declared_sha256)
+           WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+         DO NOTHING
+         RETURNING id",
+    )
+    .bind(u.id)
+    .bind(u.owner)
+    .bind(u.bucket)
+    .bind(u.key)
+    .bind(u.file_name)
+    .bind(u.content_type)
+    .bind(u.size)
+    .bind(sha256)
+    .fetch_optional(pool)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+/// A file of a session's workspace.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct WorkspaceRow {
+    pub(crate) bucket: String,
+    pub(crate) object_key: String,
+    pub(crate) file_name: String,
+    pub(crate) content_type: String,
+    pub(crate) size_bytes: i64,
+    pub(crate) status: String,
+    pub(crate) source: String,
+    pub(crate) created_at: DateTime<Utc>,
+}
+
+/// The files of the owner's session, oldest first.
+pub(crate) async fn workspace(
+    pool: &PgPool,
+    owner: &str,
+    session_id: &str,
+) -> sqlx::Result<Vec<WorkspaceRow>> {
+    sqlx::query_as(
+        "SELECT f.bucket, f.object_key, f.file_name, f.content_type, f.size_bytes, f.status, w.source, w.created_at
+         FROM workspace_files w JOIN files f ON f.id = w.file_id
+         WHERE w.owner = $1 AND w.session_id = $2 AND f.owner = $1
+         ORDER BY w.created_at, w.id
+         LIMIT 1000",
+    )
+    .bind(owner)
+    .bind(session_id)
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,297 @@
+//! `POST /api/v1/agent/attachments`: the file comes through us, streamed to S3 with bounded
+//! memory (one part buffer) while it is hashed and its type checked, then recorded as verified.
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+use axum::extract::Multipart;
+use axum::extract::multipart::Field;
+use protocol::file_types::{self, FileType};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// Bytes sent to S3 per part (S3's minimum part size is 5 MiB).
+pub(crate) const PART_BYTES: usize = 8 * 1024 * 1024;
+/// Bytes kept from the start of the file to check its type.
+const HEAD_BYTES: usize = 4096;
+
+/// Why an upload was refused (the HTTP layer picks the status).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UploadError {
+    /// The form is not what the endpoint takes (400), naming the field.
+    #[error("{message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    /// Larger than the limit (413).
+    #[error("file exceeds the 100 MB limit")]
+    TooLarge,
+    /// S3 or the stream failed (500).
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> UploadError {
+    UploadError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// What was stored.
+pub(crate) struct Stored {
+    pub(crate) key: String,
+    pub(crate) file_name: String,
+    pub(crate) file_type: &'static FileType,
+    pub(crate) size: u64,
+    pub(crate) sha256: [u8; 32],
+    pub(crate) session_id: Option<String>,
+}
+
+/// Reads the form: optional `session_id` and `file_type` fields, then the `file` part, which
+/// is streamed to `bucket`/`key`. On any refusal nothing is left in S3.
+pub(crate) async fn receive(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key_for: impl Fn(&str) -> String,
+    mut form: Multipart,
+    max_bytes: u64,
+) -> Result<Stored, UploadError> {
+    let mut session_id = None;
+    let mut declared_type = None;
+    while let Some(field) = form
+        .next_field()
+        .await
+        .map_err(|e| invalid("file", e.body_text()))?
+    {
+        match field.name().unwrap_or_default() {
+            "session_id" => {
+                let value = field
+                    .text()
+                    .await
+                    .map_err(|e| invalid("session_id", e.body_text()))?;
+                if value.is_empty() || value.chars().count() > 128 {
+                    return Err(invalid(
+                        "session_id",
+                        "session_id must be 1 to 128 characters",
+                    ));
+                }
+                session_id = Some(value);
+            }
+            "file_type" => {
+                declared_type = Some(
+                    field
+                        .text()
+                        .await
+                        .map_err(|e| invalid("file_type", e.body_text()))?,
+                );
+            }
+            "file" => {
+                let file_name = field
+                    .file_name()
+                    .and_then(crate::routes::base_name)
+                    .ok_or_else(|| invalid("file", "the file part needs a file name"))?;
+                if file_name.chars().count() > 255 {
+                    return Err(invalid("file", "file name must be at most 255 characters"));
+                }
+                let mime = declared_type
+                    .clone()
+                    .or_else(|| field.content_type().map(str::to_owned))
+                    .unwrap_or_default();
+                let file_type = file_types::allowed(&mime).ok_or_else(|| {
+                    invalid(
+                        "file_type",
+                        format!("file_type {mime:?} is not a supported type"),
+                    )
+                })?;
+                let key = key_for(&file_name);
+                let (size, sha256) =
+                    stream_to_s3(s3, bucket, &key, file_type, field, max_bytes).await?;
+                return Ok(Stored {
+                    key,
+                    file_name,
+                    file_type,
+                    size,
+                    sha256,
+                    session_id,
+                });
+            }
+            _ => {}
+        }
+    }
+    Err(invalid("file", "the form has no file part"))
+}
+
+/// Streams `field` to S3: one `PutObject` for a small file, a multipart upload otherwise.
+async fn stream_to_s3(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    file_type: &'static FileType,
+    mut field: Field<'_>,
+    max_bytes: u64,
+) -> Result<(u64, [u8; 32]), UploadError> {
+    let mut hasher = Sha256::new();
+    let mut head = Vec::with_capacity(HEAD_BYTES);
+    let mut buffer: Vec<u8> = Vec::with_capacity(PART_BYTES);
+    let mut size: u64 = 0;
+    let mut multipart: Option<S3Multipart> = None;
+    let outcome: Result<(), UploadError> = async {
+        while let Some(chunk) = field
+            .chunk()
+            .await
+            .map_err(|e| invalid("file", e.body_text()))?
+        {
+            size += chunk.len() as u64;
+            if size > max_bytes {
+                return Err(UploadError::TooLarge);
+            }
+            hasher.update(&chunk);
+            let room = HEAD_BYTES - head.len();
+            head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            let mut rest = &chunk[..];
+            while !rest.is_empty() {
+                let take = (PART_BYTES - buffer.len()).min(rest.len());
+                buffer.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if buffer.len() == PART_BYTES {
+                    let upload = match &mut multipart {
+                        Some(upload) => upload,
+                        None => multipart
+                            .insert(S3Multipart::start(s3, bucket, key, file_type.mime).await?),
+                    };
+                    upload.part(s3, std::mem::take(&mut buffer)).await?;
+                    buffer.reserve(PART_BYTES);
+                }
+            }
+        }
+        if size == 0 {
+            return Err(invalid("file", "the file is empty"));
+        }
+        if !file_type.matches(&head) {
+            return Err(invalid(
+                "file",
+                format!("the file's bytes are not {}", file_type.mime),
+            ));
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(err) = outcome {
+        if let Some(upload) = multipart {
+            upload.abort(s3).await;
+        }
+        return Err(err);
+    }
+    match multipart {
+        Some(mut upload) => {
+            if !buffer.is_empty() {
+                upload.part(s3, buffer).await?;
+            }
+            upload.complete(s3).await?;
+        }
+        None => {
+            s3.put_object()
+                .bucket(bucket)
+                .key(key)
+                .content_type(file_type.mime)
+                .checksum_algorithm(ChecksumAlgorithm::Sha256)
+                .body(ByteStream::from(buffer))
+                .send()
+                .await
+                .map_err(|e| anyhow::Error::from(aws_sdk_s3::Error::from(e)))?;
+        }
+    }
+    Ok((size, hasher.finalize().into()))
+}
+
+/// An S3 multipart upload in progress.
+struct S3Multipart {
+    bucket: String,
+    key: String,
+    upload_id: String,
+    parts: Vec<CompletedPart>,
+}
+
+impl S3Multipart {
+    async fn start(
+        s3: &aws_sdk_s3::Client,
+        bucket: &str,
+        key: &str,
+        mime: &str,
+    ) -> anyhow::Result<Self> {
+        let created = s3
+            .create_multipart_upload()
+            .bucket(bucket)
+            .key(key)
+            .content_type(mime)
+            .send()
+            .await
+            .map_err(aws_sdk_s3::Error::from)?;
+        Ok(Self {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: created.upload_id().unwrap_or_default().to_owned(),
+            parts: Vec::new(),
+        })
+    }
+
+    async fn part(&mut self, s3: &aws_sdk_s3::Client, bytes: Vec<u8>) -> anyhow::Result<()> {
+        let number = i32::try_from(self.parts.len() + 1)?;
+        let uploaded = s3
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(&self.key)
+            .upload_id(&self.upload_id)
+            .part_number(number)
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .map_err(aws_sdk_s3::Error::from)?;
+        self.parts.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(uploaded.e_tag().map(str::to_owned))
+                .build(),
+        );
+        Ok(())
+    }
+
+    async fn complete(self, s3: &aws_sdk_s3::Client) -> anyhow::Result<()> {
+        s3.complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&self.key)
+            .upload_id(&self.upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(self.parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(aws_sdk_s3::Error::from)?;
+        Ok(())
+    }
+
+    async fn abort(self, s3: &aws_sdk_s3::Client) {
+        let aborted = s3
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&self.key)
+            .upload_id(&self.upload_id)
+            .send()
+            .await;
+        if let Err(err) = aborted {
+            tracing::warn!(error = %aws_sdk_s3::error::DisplayErrorContext(err), "cannot abort a multipart upload");
+        }
+    }
+}
+
+/// A fresh object key for `owner`'s file.
+pub(crate) fn object_key(owner: &str, id: Uuid, file_name: &str) -> String {
+    let owner_dir = &protocol::messaging::digest(&[owner])[..32];
+    format!(
+        "uploads/{owner_dir}/{id}/{}",
+        crate::routes::key_name(file_name)
+    )
+}
