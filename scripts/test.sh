@@ -20,7 +20,24 @@ ensure_toolchain() {
   fi
 }
 
+# The browser system test (tests/system/browser.rs): Debian's Chromium and the driver's npm
+# packages (playwright-core, which downloads no browser of its own).
+ensure_browser() {
+  if [ ! -x /usr/bin/chromium ]; then
+    log "installing Chromium (Debian package)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  local dir="$ROOT/tests/browser"
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+    log "installing the browser driver's npm packages (npm ci in tests/browser)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$dir/node_modules"
+  fi
+}
+
 ensure_toolchain
+ensure_browser
 "$ROOT/scripts/infra.sh"
 
 log "cargo fmt --check"
