@@ -415,3 +415,60 @@ async fn upload_url_refuses_bad_fields_naming_each() {
     let (status, _) = upload_url(&platform, "", &request("a.txt", "text/plain", b"x")).await;
     assert_eq!(status, 401);
 }
+
+#[tokio::test]
+async fn history_signs_a_fresh_url_for_a_user_attachment_on_every_read_and_null_once_deleted() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let (_, form) = upload_url(&platform, &alice, &request("cat.png", "image/png", PNG)).await;
+    post_form(
+        &platform,
+        form["url"].as_str().unwrap(),
+        &form["fields"],
+        PNG,
+    )
+    .await;
+    let content_url = form["content_url"].as_str().unwrap().to_owned();
+    let thread = uuid::Uuid::new_v4().to_string();
+    let mut run = switchboard_system_tests::text_run(&thread, "pic", "");
+    run["messages"][0]["content"] = json!([{"type": "text", "text": "look"},
+        {"type": "binary", "mimeType": "image/png", "url": content_url}]);
+    let (status, answer) = platform.api().post_run(&alice, &run).await.unwrap();
+    assert_eq!(status, 202, "{answer}");
+    let history = platform
+        .api()
+        .wait_for_history(&alice, &thread, |h| {
+            h["messages"].as_array().is_some_and(|m| m.len() == 2)
+        })
+        .await
+        .unwrap();
+    let url = history["messages"][0]["url"]
+        .as_str()
+        .expect("a signed url")
+        .to_owned();
+    let fetched = platform.http.get(&url).send().await.unwrap();
+    assert_eq!(
+        fetched.bytes().await.unwrap().as_ref(),
+        PNG,
+        "the url serves the attachment"
+    );
+
+    platform
+        .http
+        .delete(format!("{}/v2/files/delete", platform.urls.attachments))
+        .bearer_auth(&alice)
+        .query(&[("content_url", content_url.as_str())])
+        .send()
+        .await
+        .unwrap();
+    let (_, after) = platform
+        .api()
+        .history(&alice, &[("threadId", &thread)])
+        .await
+        .unwrap();
+    assert_eq!(
+        after["messages"][0]["url"],
+        Value::Null,
+        "a deleted attachment has no url: {after}"
+    );
+}

@@ -3,6 +3,7 @@
 
 mod ingest;
 mod routes;
+mod sign;
 mod store;
 
 use std::net::SocketAddr;
@@ -51,6 +52,7 @@ impl Config {
 pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) pool: PgPool,
+    pub(crate) signer: Arc<sign::UrlSigner>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -72,15 +74,16 @@ impl Application {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool =
             platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
-        let (_client, js) = platform::nats::connect(&config.nats, "history").await?;
+        let (client, js) = platform::nats::connect(&config.nats, "history").await?;
+        let signer = Arc::new(sign::UrlSigner::new(client, &config.nats.names));
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
         let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
         let probes = vec![
             ("postgres", platform::db::probe(pool.clone())),
             ("nats", platform::nats::probe(js)),
         ];
-        let router =
-            routes::router(AppState { auth, pool }).merge(platform::http::health_routes(probes));
+        let router = routes::router(AppState { auth, pool, signer })
+            .merge(platform::http::health_routes(probes));
         let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,

@@ -109,12 +109,34 @@ async fn history(
     let has_more = store::has_messages_before(pool, owner.as_str(), &thread_id, from)
         .await
         .map_err(internal)?;
+    // One signing request for the whole day: the first attachment of each user message.
+    let wanted: Vec<(usize, String)> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| row.role == "user")
+        .filter_map(|(i, row)| attachment_url(&row.metadata).map(|url| (i, url)))
+        .collect();
+    let signed = state
+        .signer
+        .sign(
+            owner.as_str(),
+            wanted.iter().map(|(_, url)| url.clone()).collect(),
+        )
+        .await;
+    let mut urls = vec![None; rows.len()];
+    for ((i, _), url) in wanted.into_iter().zip(signed) {
+        urls[i] = url;
+    }
     Ok(axum::Json(HistorySnapshotResponse {
         scope: HistoryScope::HistoryDay,
         thread_id: Some(thread_id),
         day: Some(day.format("%Y-%m-%d").to_string()),
         has_more,
-        messages: rows.into_iter().map(to_history_message).collect(),
+        messages: rows
+            .into_iter()
+            .zip(urls)
+            .map(|(row, url)| to_history_message(row, url))
+            .collect(),
     }))
 }
 
@@ -132,13 +154,21 @@ fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-fn to_history_message(row: store::MessageRow) -> HistoryMessage {
+/// `s3://bucket/path` of a user message's (first) attachment, from its stored metadata.
+fn attachment_url(metadata: &serde_json::Value) -> Option<String> {
+    let attachment = metadata.get("user_message_attachments")?;
+    let bucket = attachment.get("bucket")?.as_str()?;
+    let path = attachment.get("path")?.as_str()?;
+    Some(format!("s3://{bucket}/{path}"))
+}
+
+fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMessage {
     match row.role.as_str() {
         "user" => HistoryMessage::User(HistoryUserMessage {
             id: row.message_id,
             seq: row.seq,
             content: row.content,
-            url: None,
+            url,
             timestamp: timestamp(row.created_at),
         }),
         role => {

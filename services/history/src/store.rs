@@ -242,6 +242,7 @@ pub(crate) struct MessageRow {
     pub(crate) seq: i64,
     pub(crate) role: String,
     pub(crate) content: String,
+    pub(crate) metadata: Value,
     pub(crate) created_at: DateTime<Utc>,
 }
 
@@ -295,7 +296,7 @@ pub(crate) async fn messages_between(
     to: DateTime<Utc>,
 ) -> sqlx::Result<Vec<MessageRow>> {
     sqlx::query_as(
-        "SELECT message_id, seq, role, content, created_at FROM messages
+        "SELECT message_id, seq, role, content, metadata, created_at FROM messages
          WHERE owner = $1 AND thread_id = $2 AND created_at >= $3 AND created_at < $4
          ORDER BY seq",
     )
