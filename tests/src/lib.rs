@@ -42,6 +42,8 @@ pub struct Options {
     pub rate_burst: u32,
     /// Origins the attachments service answers CORS requests from (a browser test's page).
     pub cors_allowed_origins: Vec<String>,
+    /// How long presigned upload forms stay valid.
+    pub upload_ttl: Duration,
 }
 
 impl Default for Options {
@@ -51,6 +53,7 @@ impl Default for Options {
             rate_per_minute: 10_000,
             rate_burst: 10_000,
             cors_allowed_origins: Vec::new(),
+            upload_ttl: Duration::from_secs(300),
         }
     }
 }
@@ -107,7 +110,7 @@ impl TestPlatform {
             nats: nats.clone(),
             supabase_jwt_secret: Some(secrecy::SecretString::from(SUPABASE_SECRET)),
             public_endpoint: None,
-            upload_ttl: Duration::from_secs(300),
+            upload_ttl: options.upload_ttl,
             download_ttl: Duration::from_secs(300),
             sweep_every: Duration::from_secs(1),
             cors_allowed_origins: options.cors_allowed_origins.clone(),

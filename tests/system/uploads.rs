@@ -472,3 +472,43 @@ async fn history_signs_a_fresh_url_for_a_user_attachment_on_every_read_and_null_
         "a deleted attachment has no url: {after}"
     );
 }
+
+#[tokio::test]
+async fn an_upload_never_completed_is_forgotten_after_its_form_expires() {
+    let options = switchboard_system_tests::Options {
+        upload_ttl: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let platform = TestPlatform::spawn_with(options).await.unwrap();
+    let alice = platform.infra.token("alice");
+    let body = request("never.txt", "text/plain", b"never sent");
+    let (_, first) = upload_url(&platform, &alice, &body).await;
+    let key = first["fields"]["key"].as_str().unwrap().to_owned();
+    let db = sqlx::PgPool::connect(platform.attachments_db.expose_secret())
+        .await
+        .unwrap();
+    let count = || {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attachments.files WHERE object_key = $1")
+            .bind(&key)
+            .fetch_one(&db)
+    };
+    assert_eq!(
+        count().await.unwrap(),
+        1,
+        "a pending record while the form is valid"
+    );
+    // The background sweeper forgets it once the form has expired and no object arrived.
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    while count().await.unwrap() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the expired upload was never cleaned up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, again) = upload_url(&platform, &alice, &body).await;
+    assert_ne!(
+        again["content_url"], first["content_url"],
+        "a new request gets a new file"
+    );
+}
