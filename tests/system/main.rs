@@ -5,4 +5,5 @@ mod browser;
 mod first_run;
 mod run_contract;
 mod server_upload;
+mod threads;
 mod uploads;

@@ -22,6 +22,7 @@ const MAX_THREAD_ID_CHARS: usize = 128;
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/v1/agent/history", get(history))
+        .route("/api/v1/agent/threads", get(threads))
         .with_state(state)
 }
 
@@ -186,4 +187,88 @@ fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMes
             }
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+struct ThreadsQuery {
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+/// Most threads in one page, and the default.
+const MAX_THREADS_PAGE: i64 = 100;
+const DEFAULT_THREADS_PAGE: i64 = 20;
+
+/// `GET /api/v1/agent/threads?cursor=&limit=`: the caller's threads, most recent first.
+async fn threads(
+    State(state): State<AppState>,
+    owner: Owner,
+    Query(query): Query<ThreadsQuery>,
+) -> Result<axum::Json<serde_json::Value>, ErrorResponse> {
+    let limit = match query.limit.as_deref() {
+        None => DEFAULT_THREADS_PAGE,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_THREADS_PAGE).contains(n))
+            .ok_or_else(|| {
+                ErrorResponse::with_field(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    "limit must be an integer from 1 to 100",
+                    "limit",
+                )
+            })?,
+    };
+    let after = query
+        .cursor
+        .as_deref()
+        .map(|raw| {
+            decode_cursor(raw).ok_or_else(|| {
+                ErrorResponse::with_field(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    "cursor is not one this endpoint returned",
+                    "cursor",
+                )
+            })
+        })
+        .transpose()?;
+    let mut rows = store::threads(&state.pool, owner.as_str(), after, limit + 1)
+        .await
+        .map_err(internal)?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(usize::try_from(limit).unwrap_or_default());
+    let next = more
+        .then(|| {
+            rows.last()
+                .map(|r| encode_cursor(r.updated_at, &r.thread_id))
+        })
+        .flatten();
+    let threads: Vec<serde_json::Value> = rows
+        .into_iter()
+        .map(|r| {
+            serde_json::json!({
+                "threadId": r.thread_id,
+                "messageCount": r.last_seq,
+                "createdAt": timestamp(r.created_at),
+                "updatedAt": timestamp(r.updated_at),
+            })
+        })
+        .collect();
+    Ok(axum::Json(
+        serde_json::json!({"threads": threads, "nextCursor": next}),
+    ))
+}
+
+/// An opaque cursor: the position of the last thread of a page.
+fn encode_cursor(at: DateTime<Utc>, thread_id: &str) -> String {
+    let raw = serde_json::json!([at.timestamp_micros(), thread_id]).to_string();
+    hex::encode(raw)
+}
+
+fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
+    let bytes = hex::decode(raw).ok()?;
+    let (micros, thread_id): (i64, String) = serde_json::from_slice(&bytes).ok()?;
+    Some((DateTime::from_timestamp_micros(micros)?, thread_id))
 }

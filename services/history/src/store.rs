@@ -324,3 +324,35 @@ pub(crate) async fn has_messages_before(
     .fetch_one(pool)
     .await
 }
+
+/// A thread in the caller's list.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ThreadRow {
+    pub(crate) thread_id: String,
+    pub(crate) last_seq: i64,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+}
+
+/// The owner's threads, most recently active first, strictly after the cursor `(updated_at,
+/// thread_id)` when one is given (keyset pagination: stable under inserts).
+pub(crate) async fn threads(
+    pool: &PgPool,
+    owner: &str,
+    after: Option<(DateTime<Utc>, String)>,
+    limit: i64,
+) -> sqlx::Result<Vec<ThreadRow>> {
+    let (at, id) = after.unzip();
+    sqlx::query_as(
+        "SELECT thread_id, last_seq, created_at, updated_at FROM threads
+         WHERE owner = $1 AND ($2::timestamptz IS NULL OR (updated_at, thread_id) < ($2, $3))
+         ORDER BY updated_at DESC, thread_id DESC
+         LIMIT $4",
+    )
+    .bind(owner)
+    .bind(at)
+    .bind(id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
