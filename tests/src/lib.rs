@@ -348,6 +348,20 @@ pub struct ProcessPlatform {
     /// HTTP client.
     pub http: reqwest::Client,
     children: Vec<(String, Child)>,
+    env: Vec<(String, String)>,
+}
+
+fn start_binary(service: &str, port: u16, env: &[(String, String)]) -> anyhow::Result<Child> {
+    let addr_var = format!("SB_{}_ADDR", service.to_uppercase());
+    Command::new(binary(&format!("switchboard-{service}"))?)
+        .env_clear()
+        .envs(env.iter().cloned())
+        .env(addr_var, format!("127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {service}"))
 }
 
 /// Where `cargo build` put the workspace's binaries: next to this test's `deps/` folder.
@@ -410,17 +424,7 @@ impl ProcessPlatform {
         let mut urls = Vec::new();
         for service in ["attachments", "runs", "history", "worker"] {
             let port = free_port()?;
-            let addr_var = format!("SB_{}_ADDR", service.to_uppercase());
-            let child = Command::new(binary(&format!("switchboard-{service}"))?)
-                .env_clear()
-                .envs(common.iter().cloned())
-                .env(addr_var, format!("127.0.0.1:{port}"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .with_context(|| format!("cannot start {service}"))?;
-            children.push((service.to_owned(), child));
+            children.push((service.to_owned(), start_binary(service, port, &common)?));
             urls.push(format!("http://127.0.0.1:{port}"));
         }
         let platform = Self {
@@ -433,6 +437,7 @@ impl ProcessPlatform {
             infra,
             http: reqwest::Client::new(),
             children,
+            env: common,
         };
         for url in [
             &platform.urls.attachments,
@@ -464,6 +469,34 @@ impl ProcessPlatform {
             urls: &self.urls,
             http: &self.http,
         }
+    }
+
+    /// Kills `service` with SIGKILL (no draining, like a crashed pod) and waits for it to die.
+    pub fn kill(&mut self, service: &str) -> anyhow::Result<()> {
+        let (_, child) = self
+            .children
+            .iter_mut()
+            .find(|(name, _)| name == service)
+            .context("no such service")?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// Starts `service` again on its port and waits until it is ready.
+    pub async fn restart(&mut self, service: &str) -> anyhow::Result<()> {
+        let base = match service {
+            "attachments" => self.urls.attachments.clone(),
+            "runs" => self.urls.runs.clone(),
+            "history" => self.urls.history.clone(),
+            _ => self.urls.worker.clone(),
+        };
+        let port: u16 = base.rsplit(':').next().context("url has a port")?.parse()?;
+        let child = start_binary(service, port, &self.env)?;
+        if let Some(slot) = self.children.iter_mut().find(|(name, _)| name == service) {
+            slot.1 = child;
+        }
+        self.wait_ready(&base).await
     }
 
     /// Sends SIGTERM to every service and returns each one's exit status.
