@@ -3,6 +3,7 @@
 mod admission;
 mod browser;
 mod first_run;
+mod history_days;
 mod resilience;
 mod run_contract;
 mod server_upload;

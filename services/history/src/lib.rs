@@ -53,6 +53,8 @@ pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) pool: PgPool,
     pub(crate) signer: Arc<sign::UrlSigner>,
+    /// IANA time zone names the `tz` parameter accepts.
+    pub(crate) time_zones: Arc<std::collections::HashSet<String>>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -74,6 +76,7 @@ impl Application {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool =
             platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+        let time_zones = Arc::new(store::time_zone_names(&pool).await?.into_iter().collect());
         let (client, js) = platform::nats::connect(&config.nats, "history").await?;
         let signer = Arc::new(sign::UrlSigner::new(client, &config.nats.names));
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
@@ -82,8 +85,13 @@ impl Application {
             ("postgres", platform::db::probe(pool.clone())),
             ("nats", platform::nats::probe(js)),
         ];
-        let router = routes::router(AppState { auth, pool, signer })
-            .merge(platform::http::health_routes(probes));
+        let router = routes::router(AppState {
+            auth,
+            pool,
+            signer,
+            time_zones,
+        })
+        .merge(platform::http::health_routes(probes));
         let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,

@@ -31,6 +31,7 @@ pub(crate) fn router(state: AppState) -> Router {
 struct HistoryQuery {
     thread_id: Option<String>,
     before: Option<String>,
+    tz: Option<String>,
 }
 
 fn internal(err: sqlx::Error) -> ErrorResponse {
@@ -67,6 +68,18 @@ async fn history(
                 })
         })
         .transpose()?;
+    let tz = match query.tz {
+        None => "UTC".to_owned(),
+        Some(tz) if state.time_zones.contains(&tz) => tz,
+        Some(_) => {
+            return Err(ErrorResponse::with_field(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                "tz must be an IANA time zone name such as Europe/Berlin",
+                "tz",
+            ));
+        }
+    };
     let pool = &state.pool;
     let thread_id = match query.thread_id {
         Some(thread_id) => {
@@ -94,16 +107,15 @@ async fn history(
             None => return Ok(axum::Json(empty(None))),
         },
     };
-    let before = before.map(|day| day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
-    let Some(latest) = store::latest_message_before(pool, owner.as_str(), &thread_id, before)
+    // Day boundaries are those of the caller's IANA time zone (UTC unless given); PostgreSQL's
+    // time zone database does the arithmetic, daylight-saving days included.
+    let Some(day) = store::latest_day_before(pool, owner.as_str(), &thread_id, before, &tz)
         .await
         .map_err(internal)?
     else {
         return Ok(axum::Json(empty(Some(thread_id))));
     };
-    let day = latest.date_naive();
-    let from = day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
-    let to = from + chrono::Duration::days(1);
+    let (from, to) = store::day_bounds(pool, day, &tz).await.map_err(internal)?;
     let rows = store::messages_between(pool, owner.as_str(), &thread_id, from, to)
         .await
         .map_err(internal)?;

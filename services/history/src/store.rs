@@ -1,6 +1,6 @@
 //! All SQL of the history service.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use protocol::agui::Event;
 use protocol::messaging::{RunEventV1, RunTaskV1};
 use serde_json::{Value, json};
@@ -269,22 +269,47 @@ pub(crate) async fn thread_exists(
         .await
 }
 
-/// When the latest message strictly before `before` was written, if any.
-pub(crate) async fn latest_message_before(
+/// The latest day (in time zone `tz`) with a message strictly before the day `before`, if any.
+pub(crate) async fn latest_day_before(
     pool: &PgPool,
     owner: &str,
     thread_id: &str,
-    before: Option<DateTime<Utc>>,
-) -> sqlx::Result<Option<DateTime<Utc>>> {
+    before: Option<NaiveDate>,
+    tz: &str,
+) -> sqlx::Result<Option<NaiveDate>> {
     sqlx::query_scalar(
-        "SELECT max(created_at) FROM messages
-         WHERE owner = $1 AND thread_id = $2 AND ($3::timestamptz IS NULL OR created_at < $3)",
+        "SELECT (max(created_at) AT TIME ZONE $4)::date FROM messages
+         WHERE owner = $1 AND thread_id = $2
+           AND ($3::date IS NULL OR created_at < ($3::date::timestamp AT TIME ZONE $4))",
     )
     .bind(owner)
     .bind(thread_id)
     .bind(before)
+    .bind(tz)
     .fetch_one(pool)
     .await
+}
+
+/// The instants `day` starts and ends at in time zone `tz`.
+pub(crate) async fn day_bounds(
+    pool: &PgPool,
+    day: NaiveDate,
+    tz: &str,
+) -> sqlx::Result<(DateTime<Utc>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "SELECT ($1::date::timestamp AT TIME ZONE $2), (($1::date + 1)::timestamp AT TIME ZONE $2)",
+    )
+    .bind(day)
+    .bind(tz)
+    .fetch_one(pool)
+    .await
+}
+
+/// Every time zone name PostgreSQL knows (loaded once at start).
+pub(crate) async fn time_zone_names(pool: &PgPool) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("SELECT name FROM pg_timezone_names")
+        .fetch_all(pool)
+        .await
 }
 
 /// The messages written in `[from, to)`, in `seq` order.

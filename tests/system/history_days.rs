@@ -1,0 +1,195 @@
+//! Day snapshots: the latest day with messages, `before`, time zones, and the seed's shape.
+
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+use switchboard_system_tests::TestPlatform;
+
+/// Writes a thread's messages straight into history's tables (a fixture with chosen times).
+async fn fixture(
+    platform: &TestPlatform,
+    owner: &str,
+    thread: &str,
+    messages: &[(&str, &str, &str, &str)],
+) {
+    let db = sqlx::PgPool::connect(platform.history_db.expose_secret())
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO history.threads (owner, thread_id, last_seq) VALUES ($1, $2, $3)")
+        .bind(owner)
+        .bind(thread)
+        .bind(messages.len() as i64)
+        .execute(&db)
+        .await
+        .unwrap();
+    for (seq, (id, role, content, at)) in messages.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO history.messages (id, owner, thread_id, seq, task_id, message_id, role, content, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz)",
+        )
+        .bind(uuid::Uuid::now_v7())
+        .bind(owner)
+        .bind(thread)
+        .bind(seq as i64 + 1)
+        .bind(uuid::Uuid::now_v7())
+        .bind(id)
+        .bind(role)
+        .bind(content)
+        .bind(at)
+        .execute(&db)
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_seed_example_comes_back_field_for_field() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let thread = "550e8400-e29b-41d4-a716-446655440000";
+    fixture(
+        &platform,
+        "alice",
+        thread,
+        &[
+            ("msg-000", "user", "昨天的问题", "2026-03-14T09:00:00Z"),
+            (
+                "msg-001",
+                "user",
+                "帮我创建一个日程",
+                "2026-03-15T10:00:00Z",
+            ),
+            (
+                "msg-002",
+                "assistant",
+                "好的,我来帮您创建日程。",
+                "2026-03-15T10:00:05Z",
+            ),
+        ],
+    )
+    .await;
+    let alice = platform.infra.token("alice");
+    let (status, body) = platform
+        .api()
+        .history(&alice, &[("threadId", thread)])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({
+            "scope": "history_day",
+            "threadId": thread,
+            "day": "2026-03-15",
+            "hasMore": true,
+            "messages": [
+                {"id": "msg-001", "seq": 2, "role": "user", "content": "帮我创建一个日程", "url": null,
+                 "timestamp": "2026-03-15T10:00:00Z"},
+                {"id": "msg-002", "seq": 3, "role": "assistant", "content": "好的,我来帮您创建日程。",
+                 "uiSchema": null, "timestamp": "2026-03-15T10:00:05Z"}
+            ]
+        })
+    );
+    let (_, earlier) = platform
+        .api()
+        .history(&alice, &[("threadId", thread), ("before", "2026-03-15")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (earlier["day"].as_str(), earlier["hasMore"].as_bool()),
+        (Some("2026-03-14"), Some(false))
+    );
+    let (_, none) = platform
+        .api()
+        .history(&alice, &[("threadId", thread), ("before", "2026-03-14")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (&none["day"], &none["messages"]),
+        (&Value::Null, &json!([])),
+        "nothing strictly earlier"
+    );
+}
+
+#[tokio::test]
+async fn day_boundaries_follow_the_callers_time_zone() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let thread = "tz-thread";
+    fixture(
+        &platform,
+        "alice",
+        thread,
+        &[
+            (
+                "late",
+                "user",
+                "late evening in New York",
+                "2026-03-15T23:30:00Z",
+            ),
+            (
+                "early",
+                "assistant",
+                "just after midnight UTC",
+                "2026-03-16T00:30:00Z",
+            ),
+        ],
+    )
+    .await;
+    let alice = platform.infra.token("alice");
+    let day_of = |tz: Option<&'static str>| {
+        let api = platform.api();
+        let alice = alice.clone();
+        async move {
+            let mut query = vec![("threadId", thread)];
+            if let Some(tz) = tz {
+                query.push(("tz", tz));
+            }
+            let (status, body) = api.history(&alice, &query).await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            let ids: Vec<String> = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_owned())
+                .collect();
+            (
+                body["day"].as_str().unwrap().to_owned(),
+                ids,
+                body["hasMore"].as_bool().unwrap(),
+            )
+        }
+    };
+    assert_eq!(
+        day_of(None).await,
+        ("2026-03-16".to_owned(), vec!["early".to_owned()], true)
+    );
+    assert_eq!(
+        day_of(Some("America/New_York")).await,
+        (
+            "2026-03-15".to_owned(),
+            vec!["late".to_owned(), "early".to_owned()],
+            false
+        )
+    );
+    assert_eq!(
+        day_of(Some("Asia/Tokyo")).await,
+        (
+            "2026-03-16".to_owned(),
+            vec!["late".to_owned(), "early".to_owned()],
+            false
+        )
+    );
+    let (status, body) = platform
+        .api()
+        .history(&alice, &[("threadId", thread), ("tz", "Mars/Olympus")])
+        .await
+        .unwrap();
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("tz")));
+    let (status, body) = platform
+        .api()
+        .history(&alice, &[("threadId", thread), ("before", "2026-3-1")])
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (400, Some("before"))
+    );
+}
