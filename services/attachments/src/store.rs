@@ -44,16 +44,25 @@ pub(crate) async fn find_owned(
     .await
 }
 
-/// The owner's live file (verified, or pending) with this content, if any.
+/// The owner's live file (verified, or pending) with this content, if any. Two lookups, each
+/// on its own index: verified bytes by `sha256`, and live claims by `declared_sha256`.
 pub(crate) async fn find_by_hash(
     pool: &PgPool,
     owner: &str,
     sha256: &[u8],
 ) -> sqlx::Result<Option<FileRow>> {
-    sqlx::query_as(concat!("SELECT ", file_columns!(), " FROM files
-         WHERE owner = $1 AND status IN ('pending', 'verified') AND (sha256 = $2 OR declared_sha256 = $2)
+    sqlx::query_as(concat!(
+        "SELECT ",
+        file_columns!(),
+        " FROM (
+           SELECT * FROM files WHERE owner = $1 AND sha256 = $2 AND status = 'verified'
+           UNION ALL
+           SELECT * FROM files WHERE owner = $1 AND declared_sha256 = $2
+             AND declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+         ) AS live
          ORDER BY status = 'verified' DESC, created_at
-         LIMIT 1"))
+         LIMIT 1"
+    ))
     .bind(owner)
     .bind(sha256)
     .fetch_optional(pool)
