@@ -340,10 +340,14 @@ run_wrk att-c1 "$ATT_URL" "$ATT_PID" "$FLOOR_DURATION" 1 1 "$TOKENS_FILE"
 # explain_lookup OWNER FILE: the dedup lookup (store::find_by_hash) of OWNER as PostgreSQL plans
 # and runs it now, for a hash no row has.
 explain_lookup() {
+  local hash; hash="$(hex64)"
   psql_db -c "EXPLAIN (ANALYZE, BUFFERS) SELECT id, bucket, object_key, file_name, content_type,
-    size_bytes, declared_sha256, status, expires_at FROM attachments.files
-    WHERE owner = '$1' AND status IN ('pending', 'verified')
-      AND (sha256 = '\\x$(hex64)'::bytea OR declared_sha256 = '\\x$(hex64)'::bytea)
+    size_bytes, declared_sha256, status, expires_at FROM (
+      SELECT * FROM attachments.files WHERE owner = '$1' AND sha256 = '\\x$hash'::bytea AND status = 'verified'
+      UNION ALL
+      SELECT * FROM attachments.files WHERE owner = '$1' AND declared_sha256 = '\\x$hash'::bytea
+        AND declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+    ) AS live
     ORDER BY status = 'verified' DESC, created_at LIMIT 1" >"$2"
 }
 explain_lookup "$OWNER" "$OUT/explain-lookup.txt"
