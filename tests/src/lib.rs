@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use platform::service::Service as _;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 use test_support::Infra;

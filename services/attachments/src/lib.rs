@@ -179,9 +179,16 @@ pub struct Application {
     names: protocol::messaging::Names,
 }
 
-impl Application {
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "attachments";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
     /// Migrates the schema, makes sure the bucket exists, binds the listener.
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool =
             platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
@@ -250,15 +257,12 @@ impl Application {
     }
 
     /// The bound port.
-    pub fn port(&self) -> u16 {
-        self.listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or_default()
+    fn port(&self) -> u16 {
+        platform::service::port(&self.listener)
     }
 
     /// Serves until `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let http = platform::http::serve(self.listener, self.router, shutdown.clone());
         let resolver = self
             .resolver
@@ -272,51 +276,5 @@ impl Application {
         let (http, resolved, ()) = tokio::join!(http, resolver, sweeper);
         http.context("attachments HTTP server failed")?;
         resolved
-    }
-}
-
-impl platform::service::Service for Application {
-    type Config = Config;
-    const NAME: &'static str = "attachments";
-
-    fn config(env: &Env) -> Result<Config, ConfigError> {
-        Config::from_env(env)
-    }
-
-    async fn build(config: Config) -> anyhow::Result<Self> {
-        Application::build(config).await
-    }
-
-    fn port(&self) -> u16 {
-        Application::port(self)
-    }
-
-    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        Application::run(self, shutdown).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_origins;
-
-    #[test]
-    fn cors_origins_are_exact_http_origins() {
-        assert_eq!(
-            parse_origins(" https://chat.example.com , http://127.0.0.1:5173,"),
-            Ok(vec![
-                "https://chat.example.com".to_owned(),
-                "http://127.0.0.1:5173".to_owned()
-            ])
-        );
-        for bad in [
-            "chat.example.com",
-            "https://chat.example.com/",
-            "https://*.example.com",
-            "ftp://example.com",
-            "https://",
-        ] {
-            assert!(parse_origins(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -70,9 +70,16 @@ pub struct Application {
     ingest: ingest::Ingest,
 }
 
-impl Application {
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "history";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
     /// Migrates the schema, connects to NATS, creates the durable consumers, binds the listener.
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool =
             platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
@@ -101,39 +108,15 @@ impl Application {
     }
 
     /// The bound port.
-    pub fn port(&self) -> u16 {
-        self.listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or_default()
+    fn port(&self) -> u16 {
+        platform::service::port(&self.listener)
     }
 
     /// Serves and consumes until `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let http = platform::http::serve(self.listener, self.router, shutdown.clone());
         let (http, ingested) = tokio::join!(http, self.ingest.run(shutdown));
         http.context("history HTTP server failed")?;
         ingested
-    }
-}
-
-impl platform::service::Service for Application {
-    type Config = Config;
-    const NAME: &'static str = "history";
-
-    fn config(env: &Env) -> Result<Config, ConfigError> {
-        Config::from_env(env)
-    }
-
-    async fn build(config: Config) -> anyhow::Result<Self> {
-        Application::build(config).await
-    }
-
-    fn port(&self) -> u16 {
-        Application::port(self)
-    }
-
-    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        Application::run(self, shutdown).await
     }
 }

@@ -84,9 +84,16 @@ pub struct Application {
     router: axum::Router,
 }
 
-impl Application {
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "runs";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
+    }
+
     /// Connects to NATS, makes sure the streams exist and binds the listener (port 0 is fine).
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let (client, js) = platform::nats::connect(&config.nats, "runs").await?;
         let names = &config.nats.names;
@@ -131,38 +138,14 @@ impl Application {
     }
 
     /// The bound port.
-    pub fn port(&self) -> u16 {
-        self.listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or_default()
+    fn port(&self) -> u16 {
+        platform::service::port(&self.listener)
     }
 
     /// Serves until `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         platform::http::serve(self.listener, self.router, shutdown)
             .await
             .context("runs HTTP server failed")
-    }
-}
-
-impl platform::service::Service for Application {
-    type Config = Config;
-    const NAME: &'static str = "runs";
-
-    fn config(env: &Env) -> Result<Config, ConfigError> {
-        Config::from_env(env)
-    }
-
-    async fn build(config: Config) -> anyhow::Result<Self> {
-        Application::build(config).await
-    }
-
-    fn port(&self) -> u16 {
-        Application::port(self)
-    }
-
-    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        Application::run(self, shutdown).await
     }
 }

@@ -50,12 +50,34 @@ pub struct Application {
     consumer: consumer::RunConsumer,
 }
 
-impl Application {
-    /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
-        Self::build_with_agent(config, Arc::new(agent::EchoAgent)).await
+impl platform::service::Service for Application {
+    type Config = Config;
+    const NAME: &'static str = "worker";
+
+    fn config(env: &Env) -> Result<Config, ConfigError> {
+        Config::from_env(env)
     }
 
+    /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
+    async fn build(config: Config) -> anyhow::Result<Self> {
+        Application::build_with_agent(config, Arc::new(agent::EchoAgent)).await
+    }
+
+    /// The bound health port.
+    fn port(&self) -> u16 {
+        platform::service::port(&self.listener)
+    }
+
+    /// Consumes runs until `shutdown` is cancelled, then lets in-flight runs finish.
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let http = platform::http::serve(self.listener, self.router, shutdown.clone());
+        let (http, consumed) = tokio::join!(http, self.consumer.run(shutdown));
+        http.context("worker health server failed")?;
+        consumed
+    }
+}
+
+impl Application {
     /// Like [`Application::build`], with another agent backend.
     pub async fn build_with_agent(
         config: Config,
@@ -78,42 +100,5 @@ impl Application {
             router,
             consumer,
         })
-    }
-
-    /// The bound health port.
-    pub fn port(&self) -> u16 {
-        self.listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or_default()
-    }
-
-    /// Consumes runs until `shutdown` is cancelled, then lets in-flight runs finish.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let http = platform::http::serve(self.listener, self.router, shutdown.clone());
-        let (http, consumed) = tokio::join!(http, self.consumer.run(shutdown));
-        http.context("worker health server failed")?;
-        consumed
-    }
-}
-
-impl platform::service::Service for Application {
-    type Config = Config;
-    const NAME: &'static str = "worker";
-
-    fn config(env: &Env) -> Result<Config, ConfigError> {
-        Config::from_env(env)
-    }
-
-    async fn build(config: Config) -> anyhow::Result<Self> {
-        Application::build(config).await
-    }
-
-    fn port(&self) -> u16 {
-        Application::port(self)
-    }
-
-    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        Application::run(self, shutdown).await
     }
 }
