@@ -278,3 +278,28 @@ impl platform::service::Service for Application {
         resolved
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_origins;
+
+    #[test]
+    fn cors_origins_are_exact_http_origins() {
+        assert_eq!(
+            parse_origins(" https://chat.example.com , http://127.0.0.1:5173,"),
+            Ok(vec![
+                "https://chat.example.com".to_owned(),
+                "http://127.0.0.1:5173".to_owned()
+            ])
+        );
+        for bad in [
+            "chat.example.com",
+            "https://chat.example.com/",
+            "https://*.example.com",
+            "ftp://example.com",
+            "https://",
+        ] {
+            assert!(parse_origins(bad).is_err(), "{bad}");
+        }
+    }
+}
