@@ -182,7 +182,7 @@ impl Resolver {
             declared_sha256: None,
             expires_at: chrono::Utc::now(),
         };
-        let file = if store::insert_verified(&self.pool, &upload, &sha256).await? {
+        let file = if store::insert_file(&self.pool, &upload, Some(&sha256)).await? {
             store::find_owned(&self.pool, &owner, &self.bucket, &key).await?
         } else {
             self.s3

@@ -229,7 +229,7 @@ async fn upload_url(
         }
         let id = Uuid::now_v7();
         let key = crate::server_upload::object_key(owner, id, &request.file_name);
-        let inserted = store::insert_pending(
+        let inserted = store::insert_file(
             &state.pool,
             &NewUpload {
                 id,
@@ -242,6 +242,7 @@ async fn upload_url(
                 declared_sha256: request.content_hash.as_ref().map(|h| h.as_slice()),
                 expires_at,
             },
+            None,
         )
         .await
         .map_err(internal)?;
@@ -460,7 +461,7 @@ async fn server_upload(
         declared_sha256: None,
         expires_at: Utc::now(),
     };
-    let file = if store::insert_verified(&state.pool, &upload, &stored.sha256)
+    let file = if store::insert_file(&state.pool, &upload, Some(&stored.sha256))
         .await
         .map_err(internal)?
     {

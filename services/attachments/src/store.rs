@@ -82,13 +82,24 @@ pub(crate) struct NewUpload<'a> {
     pub(crate) expires_at: DateTime<Utc>,
 }
 
-/// Records a pending upload. `false` when the owner already has a live file with this
-/// declared hash (a concurrent request won): nothing was written.
-pub(crate) async fn insert_pending(pool: &PgPool, u: &NewUpload<'_>) -> sqlx::Result<bool> {
+/// Records a file: pending (a presigned upload will bring its bytes, `verified_sha256` is
+/// `None`) or verified (the service checked the bytes itself; their hash also serves as the
+/// declared one). `false` when the owner already has a live file with this declared hash (a
+/// concurrent request won): nothing was written.
+pub(crate) async fn insert_file(
+    pool: &PgPool,
+    u: &NewUpload<'_>,
+    verified_sha256: Option<&[u8]>,
+) -> sqlx::Result<bool> {
+    let (status, declared) = match verified_sha256 {
+        Some(sha256) => ("verified", Some(sha256)),
+        None => ("pending", u.declared_sha256),
+    };
     let inserted = sqlx::query_scalar::<_, Uuid>(
         "INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
-                            declared_sha256, status, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9)
+                            declared_sha256, sha256, status, expires_at, verified_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                 CASE WHEN $10 = 'verified' THEN now() END)
          ON CONFLICT (owner, declared_sha256)
            WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
          DO NOTHING
@@ -101,8 +112,10 @@ pub(crate) async fn insert_pending(pool: &PgPool, u: &NewUpload<'_>) -> sqlx::Re
     .bind(u.file_name)
     .bind(u.content_type)
     .bind(u.size)
-    .bind(u.declared_sha256)
-    .bind(u.expires_at)
+    .bind(declared)
+    .bind(verified_sha256)
+    .bind(status)
+    .bind(verified_sha256.is_none().then_some(u.expires_at))
     .fetch_optional(pool)
     .await?;
     Ok(inserted.is_some())
@@ -186,35 +199,6 @@ pub(crate) async fn add_to_workspace(
     .execute(pool)
     .await?;
     Ok(())
-}
-
-/// Records a file whose bytes the service checked itself. `false` when the owner already has
-/// a live file with the same content (nothing was written).
-pub(crate) async fn insert_verified(
-    pool: &PgPool,
-    u: &NewUpload<'_>,
-    sha256: &[u8],
-) -> sqlx::Result<bool> {
-    let inserted = sqlx::query_scalar::<_, Uuid>(
-        "INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
-                            declared_sha256, sha256, status, verified_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, 'verified', now())
-         ON CONFLICT (owner, declared_sha256)
-           WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
-         DO NOTHING
-         RETURNING id",
-    )
-    .bind(u.id)
-    .bind(u.owner)
-    .bind(u.bucket)
-    .bind(u.key)
-    .bind(u.file_name)
-    .bind(u.content_type)
-    .bind(u.size)
-    .bind(sha256)
-    .fetch_optional(pool)
-    .await?;
-    Ok(inserted.is_some())
 }
 
 /// A file of a session's workspace.
