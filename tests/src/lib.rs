@@ -191,6 +191,43 @@ impl TestPlatform {
         Ok(())
     }
 
+    /// Writes a thread's messages straight into history's tables, with chosen times and
+    /// metadata (fixture): `(message_id, role, content, RFC 3339 time, metadata)`, `seq` from 1.
+    pub async fn insert_history(
+        &self,
+        owner: &str,
+        thread: &str,
+        messages: &[(&str, &str, &str, &str, Value)],
+    ) -> anyhow::Result<()> {
+        let db = sqlx::PgPool::connect(self.history_db.expose_secret()).await?;
+        sqlx::query("INSERT INTO history.threads (owner, thread_id, last_seq) VALUES ($1, $2, $3)")
+            .bind(owner)
+            .bind(thread)
+            .bind(i64::try_from(messages.len())?)
+            .execute(&db)
+            .await?;
+        for (seq, (id, role, content, at, metadata)) in (1_i64..).zip(messages) {
+            sqlx::query(
+                "INSERT INTO history.messages (id, owner, thread_id, seq, task_id, message_id, role, content, metadata, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::timestamptz)",
+            )
+            .bind(uuid::Uuid::now_v7())
+            .bind(owner)
+            .bind(thread)
+            .bind(seq)
+            .bind(uuid::Uuid::now_v7())
+            .bind(id)
+            .bind(role)
+            .bind(content)
+            .bind(metadata)
+            .bind(at)
+            .execute(&db)
+            .await?;
+        }
+        db.close().await;
+        Ok(())
+    }
+
     /// The stored `metadata` of the message `message_id` in `thread_id`, read from history's table.
     pub async fn message_metadata(
         &self,
@@ -284,9 +321,20 @@ impl Api<'_> {
         token: &str,
         query: &[(&str, &str)],
     ) -> anyhow::Result<(u16, Value)> {
+        self.get_history(token, "/api/v1/agent/history", query)
+            .await
+    }
+
+    /// `GET` a path of the history service with the query `query`, as the owner of `token`.
+    pub async fn get_history(
+        &self,
+        token: &str,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Value)> {
         let response = self
             .http
-            .get(format!("{}/api/v1/agent/history", self.urls.history))
+            .get(format!("{}{path}", self.urls.history))
             .bearer_auth(token)
             .query(query)
             .send()

@@ -1,44 +1,23 @@
 //! Day snapshots: the latest day with messages, `before`, time zones, and the seed's shape.
 
-use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 use switchboard_system_tests::TestPlatform;
 
-/// Writes a thread's messages straight into history's tables (a fixture with chosen times).
+/// Writes a thread's messages (no metadata) straight into history's tables.
 async fn fixture(
     platform: &TestPlatform,
     owner: &str,
     thread: &str,
     messages: &[(&str, &str, &str, &str)],
 ) {
-    let db = sqlx::PgPool::connect(platform.history_db.expose_secret())
+    let with_metadata: Vec<_> = messages
+        .iter()
+        .map(|&(id, role, content, at)| (id, role, content, at, json!({})))
+        .collect();
+    platform
+        .insert_history(owner, thread, &with_metadata)
         .await
         .unwrap();
-    sqlx::query("INSERT INTO history.threads (owner, thread_id, last_seq) VALUES ($1, $2, $3)")
-        .bind(owner)
-        .bind(thread)
-        .bind(messages.len() as i64)
-        .execute(&db)
-        .await
-        .unwrap();
-    for (seq, (id, role, content, at)) in messages.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO history.messages (id, owner, thread_id, seq, task_id, message_id, role, content, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz)",
-        )
-        .bind(uuid::Uuid::now_v7())
-        .bind(owner)
-        .bind(thread)
-        .bind(seq as i64 + 1)
-        .bind(uuid::Uuid::now_v7())
-        .bind(id)
-        .bind(role)
-        .bind(content)
-        .bind(at)
-        .execute(&db)
-        .await
-        .unwrap();
-    }
 }
 
 #[tokio::test]

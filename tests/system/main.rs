@@ -4,6 +4,7 @@ mod admission;
 mod browser;
 mod first_run;
 mod history_days;
+mod history_shapes;
 mod resilience;
 mod run_contract;
 mod server_upload;

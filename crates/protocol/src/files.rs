@@ -285,6 +285,78 @@ pub enum RegisterOutcome {
     },
 }
 
+/// Event name of a `CUSTOM` event carrying [`GeneratedAttachments`]: files an agent made, shown
+/// under its message (`attachments` of the file-attachments history shape).
+pub const ATTACHMENTS_EVENT: &str = "attachments";
+/// Most files one message shows.
+pub const MAX_GENERATED_ATTACHMENTS: usize = 20;
+
+/// The value of a `CUSTOM attachments` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedAttachments {
+    /// The assistant message the files belong to.
+    pub message_id: String,
+    /// The files.
+    pub files: Vec<GeneratedFile>,
+}
+
+/// A file an agent made, as the file-attachments seed shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratedFile {
+    /// Workspace path, e.g. `/report.md`.
+    pub path: String,
+    /// File name.
+    pub filename: String,
+    /// Icon kind (`pdf`, `md`, `image`, ...).
+    pub icon_type: String,
+    /// `generated` (made by the agent) or `upload`.
+    pub source: String,
+    /// `s3://bucket/key` of the stored bytes, when registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_url: Option<String>,
+}
+
+impl GeneratedAttachments {
+    /// Parses and checks an event value: at most [`MAX_GENERATED_ATTACHMENTS`] files, absolute
+    /// workspace paths, bounded names, a known source.
+    pub fn parse_event(value: &serde_json::Value) -> Result<Self, String> {
+        let event: Self = serde_json::from_value(value.clone()).map_err(|err| err.to_string())?;
+        if event.files.len() > MAX_GENERATED_ATTACHMENTS {
+            return Err(format!(
+                "at most {MAX_GENERATED_ATTACHMENTS} files per message"
+            ));
+        }
+        for file in &event.files {
+            if !file.path.starts_with('/') || file.path.len() > 1024 || file.path.contains("..") {
+                return Err("files[].path must be an absolute workspace path".to_owned());
+            }
+            if file.filename.is_empty() || file.filename.chars().count() > 255 {
+                return Err("files[].filename must be 1 to 255 characters".to_owned());
+            }
+            if file.icon_type.is_empty()
+                || file.icon_type.len() > 32
+                || !file
+                    .icon_type
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                return Err("files[].icon_type must be a short word such as pdf".to_owned());
+            }
+            if !matches!(file.source.as_str(), "generated" | "upload") {
+                return Err("files[].source must be generated or upload".to_owned());
+            }
+            if let Some(url) = &file.content_url
+                && parse_file_url(url).is_err()
+            {
+                return Err("files[].content_url must be an s3:// URL".to_owned());
+            }
+        }
+        Ok(event)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

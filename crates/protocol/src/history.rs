@@ -70,6 +70,94 @@ pub struct HistoryAgentMessage {
     pub timestamp: String,
 }
 
+/// The answer of `GET /api/v1/agent/history/blocks`: the same day as
+/// [`HistorySnapshotResponse`], each message in the block form of
+/// `agent-chat-messages-protocol.md` (content blocks, `binary` urls re-signed, metadata).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockHistoryResponse {
+    /// Always `history_day`.
+    pub scope: HistoryScope,
+    /// The thread shown, `null` when the caller has none.
+    pub thread_id: Option<String>,
+    /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
+    pub day: Option<String>,
+    /// Whether earlier days have messages.
+    pub has_more: bool,
+    /// That day's messages in `seq` order.
+    pub messages: Vec<BlockMessage>,
+}
+
+/// One message in block form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockMessage {
+    /// Message id.
+    pub id: String,
+    /// Position in the thread.
+    pub seq: i64,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// `{"type": "text", "text"}` then, for a user's files, `{"type": "binary", "mimeType",
+    /// "url"}` with a freshly signed url (`null` once the file is deleted).
+    pub content: Vec<Value>,
+    /// `AgentChatMessageMetadata`.
+    pub metadata: Value,
+    /// Assistant and tool messages: compiled `UiSchemaRenderer` or `null`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ui_schema: Option<Option<Value>>,
+    /// Assistant messages that call tools: `[{"id", "type": "function", "function": {"name",
+    /// "arguments"}}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// Tool messages: the call they answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// ISO-8601.
+    pub timestamp: String,
+}
+
+/// The answer of `GET /v2/history`: one day of a chat session in the form of
+/// `file-attachments.md` (snake_case, text and `attachment` blocks, assistant `attachments`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionHistoryResponse {
+    /// Always `history_day`.
+    pub scope: HistoryScope,
+    /// The session (thread) shown, `null` when the caller has none.
+    pub session_id: Option<String>,
+    /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
+    pub day: Option<String>,
+    /// Whether earlier days have messages.
+    pub has_more: bool,
+    /// That day's messages in `seq` order.
+    pub messages: Vec<SessionMessage>,
+}
+
+/// One message of a chat session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMessage {
+    /// Message id.
+    pub id: String,
+    /// Position in the session.
+    pub seq: i64,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// `{"type": "text", "text"}` blocks, then a user's files as `{"type": "attachment", "path",
+    /// "filename", "icon_type", "source", "url", "file_size", "content_type"}`.
+    pub content: Vec<Value>,
+    /// Assistant messages: the tool calls (`[]` when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// Tool messages: the call they answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Assistant messages with files the agent made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<Vec<Value>>,
+    /// ISO-8601.
+    pub timestamp: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ pub mod messaging;
 pub mod metadata;
 pub mod run_input;
 pub mod tools;
+pub mod ui_schema;
 pub mod validate;
 
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};

@@ -267,7 +267,7 @@ pub struct RunTaskV1 {
     pub input: RunAgentInput,
     /// The user message's files, as the attachments service resolved them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attachments: Vec<crate::metadata::UserMessageAttachments>,
+    pub attachments: Vec<crate::metadata::AttachedFile>,
 }
 
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.

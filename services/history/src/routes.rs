@@ -8,10 +8,15 @@ use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
+use protocol::file_types;
 use protocol::history::{
-    HistoryAgentMessage, HistoryMessage, HistoryScope, HistorySnapshotResponse, HistoryUserMessage,
+    BlockHistoryResponse, BlockMessage, HistoryAgentMessage, HistoryMessage, HistoryScope,
+    HistorySnapshotResponse, HistoryUserMessage, SessionHistoryResponse, SessionMessage,
 };
+use protocol::metadata::{AttachedFile, UserMessageAttachments};
+use protocol::ui_schema::compile_stored;
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::store;
@@ -22,6 +27,8 @@ const MAX_THREAD_ID_CHARS: usize = 128;
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/v1/agent/history", get(history))
+        .route("/api/v1/agent/history/blocks", get(history_blocks))
+        .route("/v2/history", get(session_history))
         .route("/api/v1/agent/threads", get(threads))
         .with_state(state)
 }
@@ -34,25 +41,48 @@ struct HistoryQuery {
     tz: Option<String>,
 }
 
+#[derive(Debug, Deserialize)]
+struct SessionHistoryQuery {
+    session_id: Option<String>,
+    before: Option<String>,
+    tz: Option<String>,
+}
+
 fn internal(err: sqlx::Error) -> ErrorResponse {
     ErrorResponse::internal(&anyhow::Error::new(err))
 }
 
-/// `GET /api/v1/agent/history`: the latest day with messages (before `before`, if given).
-async fn history(
-    State(state): State<AppState>,
-    owner: Owner,
-    query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<axum::Json<HistorySnapshotResponse>, ErrorResponse> {
-    let Query(query) = query.map_err(|err| {
+type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
+
+fn query<T>(query: QueryResult<T>) -> Result<T, ErrorResponse> {
+    query.map(|Query(q)| q).map_err(|err| {
         ErrorResponse::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidRequest,
             err.body_text(),
         )
-    })?;
-    let before = query
-        .before
+    })
+}
+
+/// The day a snapshot shows: which thread, which day, its messages, whether more came before.
+struct Day {
+    thread_id: Option<String>,
+    day: Option<NaiveDate>,
+    rows: Vec<store::MessageRow>,
+    has_more: bool,
+}
+
+/// The thread, day and messages one snapshot shows, from the (already parsed) parameters of any
+/// of the three history shapes. `thread_field` names the thread parameter in errors.
+async fn select_day(
+    state: &AppState,
+    owner: &Owner,
+    thread: Option<String>,
+    thread_field: &str,
+    before: Option<String>,
+    tz: Option<String>,
+) -> Result<Day, ErrorResponse> {
+    let before = before
         .as_deref()
         .map(|raw| {
             NaiveDate::parse_from_str(raw, "%Y-%m-%d")
@@ -68,7 +98,7 @@ async fn history(
                 })
         })
         .transpose()?;
-    let tz = match query.tz {
+    let tz = match tz {
         None => "UTC".to_owned(),
         Some(tz) if state.time_zones.contains(&tz) => tz,
         Some(_) => {
@@ -81,14 +111,20 @@ async fn history(
         }
     };
     let pool = &state.pool;
-    let thread_id = match query.thread_id {
+    let nothing = |thread_id| Day {
+        thread_id,
+        day: None,
+        rows: Vec::new(),
+        has_more: false,
+    };
+    let thread_id = match thread {
         Some(thread_id) => {
             if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
                 return Err(ErrorResponse::with_field(
                     StatusCode::BAD_REQUEST,
                     ErrorCode::InvalidRequest,
-                    "threadId must be 1 to 128 characters",
-                    "threadId",
+                    format!("{thread_field} must be 1 to 128 characters"),
+                    thread_field,
                 ));
             }
             if !store::thread_exists(pool, owner.as_str(), &thread_id)
@@ -104,7 +140,7 @@ async fn history(
             .map_err(internal)?
         {
             Some(thread_id) => thread_id,
-            None => return Ok(axum::Json(empty(None))),
+            None => return Ok(nothing(None)),
         },
     };
     // Day boundaries are those of the caller's IANA time zone (UTC unless given); PostgreSQL's
@@ -113,7 +149,7 @@ async fn history(
         .await
         .map_err(internal)?
     else {
-        return Ok(axum::Json(empty(Some(thread_id))));
+        return Ok(nothing(Some(thread_id)));
     };
     let (from, to) = store::day_bounds(pool, day, &tz).await.map_err(internal)?;
     let rows = store::messages_between(pool, owner.as_str(), &thread_id, from, to)
@@ -122,57 +158,176 @@ async fn history(
     let has_more = store::has_messages_before(pool, owner.as_str(), &thread_id, from)
         .await
         .map_err(internal)?;
-    // One signing request for the whole day: the first attachment of each user message.
-    let wanted: Vec<(usize, String)> = rows
-        .iter()
-        .enumerate()
-        .filter(|(_, row)| row.role == "user")
-        .filter_map(|(i, row)| attachment_url(&row.metadata).map(|url| (i, url)))
-        .collect();
-    let signed = state
-        .signer
-        .sign(
-            owner.as_str(),
-            wanted.iter().map(|(_, url)| url.clone()).collect(),
-        )
-        .await;
-    let mut urls = vec![None; rows.len()];
-    for ((i, _), url) in wanted.into_iter().zip(signed) {
-        urls[i] = url;
+    Ok(Day {
+        thread_id: Some(thread_id),
+        day: Some(day),
+        rows,
+        has_more,
+    })
+}
+
+impl Day {
+    fn day(&self) -> Option<String> {
+        self.day.map(|d| d.format("%Y-%m-%d").to_string())
     }
+}
+
+/// `GET /api/v1/agent/history`: the latest day with messages (before `before`, if given), in the
+/// shape of `agent-run-input-protocol.md`.
+async fn history(
+    State(state): State<AppState>,
+    owner: Owner,
+    params: QueryResult<HistoryQuery>,
+) -> Result<axum::Json<HistorySnapshotResponse>, ErrorResponse> {
+    let q = query(params)?;
+    let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
+    // One signing request for the whole day: the first attachment of each user message.
+    let wanted: Vec<Vec<String>> = day
+        .rows
+        .iter()
+        .map(|row| {
+            user_files(row)
+                .first()
+                .map(|f| vec![f.content_url()])
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut signed = sign_all(&state, &owner, &wanted).await.into_iter();
     Ok(axum::Json(HistorySnapshotResponse {
         scope: HistoryScope::HistoryDay,
-        thread_id: Some(thread_id),
-        day: Some(day.format("%Y-%m-%d").to_string()),
-        has_more,
-        messages: rows
+        day: day.day(),
+        thread_id: day.thread_id,
+        has_more: day.has_more,
+        messages: day
+            .rows
             .into_iter()
-            .zip(urls)
-            .map(|(row, url)| to_history_message(row, url))
+            .map(|row| {
+                let url = signed
+                    .next()
+                    .and_then(|urls| urls.into_iter().next())
+                    .flatten();
+                to_history_message(row, url)
+            })
             .collect(),
     }))
 }
 
-fn empty(thread_id: Option<String>) -> HistorySnapshotResponse {
-    HistorySnapshotResponse {
+/// `GET /api/v1/agent/history/blocks`: the same day in the block form of
+/// `agent-chat-messages-protocol.md`, every file of a user message as a re-signed `binary` block.
+async fn history_blocks(
+    State(state): State<AppState>,
+    owner: Owner,
+    params: QueryResult<HistoryQuery>,
+) -> Result<axum::Json<BlockHistoryResponse>, ErrorResponse> {
+    let q = query(params)?;
+    let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
+    let files: Vec<Vec<AttachedFile>> = day.rows.iter().map(user_files).collect();
+    let wanted: Vec<Vec<String>> = files
+        .iter()
+        .map(|fs| fs.iter().map(AttachedFile::content_url).collect())
+        .collect();
+    let signed = sign_all(&state, &owner, &wanted).await;
+    Ok(axum::Json(BlockHistoryResponse {
         scope: HistoryScope::HistoryDay,
-        thread_id,
-        day: None,
-        has_more: false,
-        messages: Vec::new(),
-    }
+        day: day.day(),
+        thread_id: day.thread_id,
+        has_more: day.has_more,
+        messages: day
+            .rows
+            .into_iter()
+            .zip(files.into_iter().zip(signed))
+            .map(|(row, (files, urls))| to_block_message(row, &files, urls))
+            .collect(),
+    }))
+}
+
+/// `GET /v2/history?session_id=`: the same day in the form of `file-attachments.md`.
+async fn session_history(
+    State(state): State<AppState>,
+    owner: Owner,
+    params: QueryResult<SessionHistoryQuery>,
+) -> Result<axum::Json<SessionHistoryResponse>, ErrorResponse> {
+    let q = query(params)?;
+    let day = select_day(&state, &owner, q.session_id, "session_id", q.before, q.tz).await?;
+    Ok(axum::Json(SessionHistoryResponse {
+        scope: HistoryScope::HistoryDay,
+        day: day.day(),
+        session_id: day.thread_id,
+        has_more: day.has_more,
+        messages: day.rows.into_iter().map(to_session_message).collect(),
+    }))
+}
+
+/// Signs every URL of `wanted` in one request; the answer has `wanted`'s shape.
+async fn sign_all(
+    state: &AppState,
+    owner: &Owner,
+    wanted: &[Vec<String>],
+) -> Vec<Vec<Option<String>>> {
+    let flat: Vec<String> = wanted.iter().flatten().cloned().collect();
+    let mut signed = state.signer.sign(owner.as_str(), flat).await.into_iter();
+    wanted
+        .iter()
+        .map(|urls| urls.iter().map(|_| signed.next().flatten()).collect())
+        .collect()
 }
 
 fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// `s3://bucket/path` of a user message's (first) attachment, from its stored metadata.
-fn attachment_url(metadata: &serde_json::Value) -> Option<String> {
-    let attachment = metadata.get("user_message_attachments")?;
-    let bucket = attachment.get("bucket")?.as_str()?;
-    let path = attachment.get("path")?.as_str()?;
-    Some(format!("s3://{bucket}/{path}"))
+/// The files of a user message, from its stored metadata (all of them when the list is kept,
+/// else the seed's single `user_message_attachments`).
+fn user_files(row: &store::MessageRow) -> Vec<AttachedFile> {
+    if row.role != "user" {
+        return Vec::new();
+    }
+    if let Some(list) = row.metadata.get("user_message_attachment_list")
+        && let Ok(files) = serde_json::from_value::<Vec<AttachedFile>>(list.clone())
+    {
+        return files;
+    }
+    row.metadata
+        .get("user_message_attachments")
+        .and_then(|first| serde_json::from_value::<UserMessageAttachments>(first.clone()).ok())
+        .map(|first| {
+            vec![AttachedFile {
+                bucket: first.bucket,
+                path: first.path,
+                mime_type: first.mime_type,
+                file_name: None,
+                size_bytes: None,
+            }]
+        })
+        .unwrap_or_default()
+}
+
+/// The stored tool calls of an assistant message in AG-UI's `ToolCall` shape.
+fn tool_calls(metadata: &Value) -> Vec<Value> {
+    metadata
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|call| {
+                    json!({
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": call["arguments"]},
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn text_block(content: &str) -> Vec<Value> {
+    if content.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"type": "text", "text": content})]
+    }
 }
 
 fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMessage {
@@ -186,10 +341,10 @@ fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMes
         }),
         role => {
             let message = HistoryAgentMessage {
+                ui_schema: compile_stored(&row.metadata),
                 id: row.message_id,
                 seq: row.seq,
                 content: row.content,
-                ui_schema: None,
                 timestamp: timestamp(row.created_at),
             };
             if role == "tool" {
@@ -198,6 +353,66 @@ fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMes
                 HistoryMessage::Assistant(message)
             }
         }
+    }
+}
+
+fn to_block_message(
+    row: store::MessageRow,
+    files: &[AttachedFile],
+    urls: Vec<Option<String>>,
+) -> BlockMessage {
+    let mut content = text_block(&row.content);
+    for (file, url) in files.iter().zip(urls) {
+        content.push(json!({"type": "binary", "mimeType": file.mime_type, "url": url}));
+    }
+    let agent = row.role != "user";
+    let calls = tool_calls(&row.metadata);
+    BlockMessage {
+        ui_schema: agent.then(|| compile_stored(&row.metadata)),
+        tool_calls: (row.role == "assistant" && !calls.is_empty()).then_some(calls),
+        tool_call_id: (row.role == "tool")
+            .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
+            .flatten(),
+        id: row.message_id,
+        seq: row.seq,
+        role: row.role,
+        content,
+        metadata: row.metadata,
+        timestamp: timestamp(row.created_at),
+    }
+}
+
+fn to_session_message(row: store::MessageRow) -> SessionMessage {
+    let mut content = text_block(&row.content);
+    for file in user_files(&row) {
+        content.push(json!({
+            "type": "attachment",
+            "path": file.content_url(),
+            "filename": file.name(),
+            "icon_type": file_types::allowed(&file.mime_type).map_or("file", |t| t.icon),
+            "source": "upload",
+            "url": file.path,
+            "file_size": file.size_bytes,
+            "content_type": file.mime_type,
+        }));
+    }
+    let generated = row
+        .metadata
+        .get("attachments")
+        .and_then(Value::as_array)
+        .filter(|files| !files.is_empty())
+        .cloned();
+    SessionMessage {
+        tool_calls: (row.role == "assistant").then(|| tool_calls(&row.metadata)),
+        tool_call_id: (row.role == "tool")
+            .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
+            .flatten(),
+        attachments: generated.filter(|_| row.role == "assistant"),
+        id: row.message_id,
+        seq: row.seq,
+        role: row.role,
+        content,
+        timestamp: timestamp(row.created_at),
     }
 }
 

@@ -2,7 +2,9 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 use protocol::agui::Event;
+use protocol::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use protocol::messaging::{RunEventV1, RunTaskV1};
+use protocol::ui_schema::{UI_HINTS_EVENT, UiHints};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
@@ -47,13 +49,12 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
         "message_id": user.id,
         "stage": "input",
     });
-    // The seed's `user_message_attachments` is one object: the first file. A message may carry
-    // up to three, so all of them are kept in `user_message_attachment_list` too.
+    // The seed's `user_message_attachments` is one object (bucket, path, MIME type): the first
+    // file. A message may carry up to three, so all of them, with name and size for the
+    // file-attachments history shape, are kept in `user_message_attachment_list`.
     if let Some(first) = task.attachments.first() {
-        metadata["user_message_attachments"] = json!(first);
-        if task.attachments.len() > 1 {
-            metadata["user_message_attachment_list"] = json!(task.attachments);
-        }
+        metadata["user_message_attachments"] = json!(first.location());
+        metadata["user_message_attachment_list"] = json!(task.attachments);
     }
     insert_message(
         &mut tx,
@@ -109,20 +110,8 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
             set_status(&mut tx, event.task_id, status).await?;
         }
         Event::TextMessageStart { message_id, .. } => {
-            insert_message(
-                &mut tx,
-                NewMessage {
-                    owner: &event.owner,
-                    thread_id: &event.thread_id,
-                    task_id: event.task_id,
-                    message_id,
-                    role: "assistant",
-                    content: "",
-                    metadata: run_meta(message_id, "response"),
-                    created_at: event.emitted_at,
-                },
-            )
-            .await?;
+            let meta = run_meta(message_id, "response");
+            ensure_message(&mut tx, event, message_id, "assistant", meta).await?;
         }
         Event::TextMessageContent { message_id, delta } => {
             sqlx::query("UPDATE messages SET content = content || $3 WHERE task_id = $1 AND message_id = $2")
@@ -144,13 +133,62 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
             .execute(&mut *tx)
             .await?;
         }
+        Event::ToolCallStart {
+            tool_call_id,
+            tool_call_name,
+            parent_message_id,
+        } => {
+            // The call belongs to its parent assistant message, or to a message of its own.
+            let message_id = parent_message_id.as_deref().unwrap_or(tool_call_id);
+            let meta = run_meta(message_id, "response");
+            ensure_message(&mut tx, event, message_id, "assistant", meta).await?;
+            sqlx::query(
+                "INSERT INTO tool_calls (task_id, tool_call_id, message_id, name, started_seq)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id, tool_call_id) DO NOTHING",
+            )
+            .bind(event.task_id)
+            .bind(tool_call_id)
+            .bind(message_id)
+            .bind(tool_call_name)
+            .bind(seq)
+            .execute(&mut *tx)
+            .await?;
+            refresh_tool_calls(&mut tx, event.task_id, tool_call_id).await?;
+        }
+        Event::ToolCallArgs {
+            tool_call_id,
+            delta,
+        } => {
+            sqlx::query(
+                "UPDATE tool_calls SET arguments = arguments || $3 WHERE task_id = $1 AND tool_call_id = $2",
+            )
+            .bind(event.task_id)
+            .bind(tool_call_id)
+            .bind(delta)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Event::ToolCallEnd { tool_call_id } => {
+            refresh_tool_calls(&mut tx, event.task_id, tool_call_id).await?;
+        }
         Event::ToolCallResult {
             message_id,
             tool_call_id,
             content,
         } => {
+            let tool_name: Option<String> = sqlx::query_scalar(
+                "SELECT name FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2",
+            )
+            .bind(event.task_id)
+            .bind(tool_call_id)
+            .fetch_optional(&mut *tx)
+            .await?;
             let mut metadata = run_meta(message_id, "tool_execution");
             metadata["tool_call_id"] = Value::String(tool_call_id.clone());
+            metadata["latency_ms"] = json!((event.emitted_at - accepted_at).num_milliseconds());
+            if let Some(tool_name) = tool_name {
+                metadata["tool_name"] = Value::String(tool_name);
+            }
             insert_message(
                 &mut tx,
                 NewMessage {
@@ -165,6 +203,38 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
                 },
             )
             .await?;
+        }
+        Event::Custom { name, value } if name == UI_HINTS_EVENT => {
+            match UiHints::parse_event(value) {
+                Ok(hints) => {
+                    merge_metadata(
+                        &mut tx,
+                        event.task_id,
+                        &hints.message_id,
+                        json!({"ui_hints": hints.hints}),
+                    )
+                    .await?;
+                }
+                Err(err) => {
+                    tracing::warn!(task.id = %event.task_id, error = %err, "ui_hints ignored");
+                }
+            }
+        }
+        Event::Custom { name, value } if name == ATTACHMENTS_EVENT => {
+            match GeneratedAttachments::parse_event(value) {
+                Ok(generated) => {
+                    merge_metadata(
+                        &mut tx,
+                        event.task_id,
+                        &generated.message_id,
+                        json!({"attachments": generated.files}),
+                    )
+                    .await?;
+                }
+                Err(err) => {
+                    tracing::warn!(task.id = %event.task_id, error = %err, "attachments event ignored");
+                }
+            }
         }
         _ => {}
     }
@@ -199,6 +269,83 @@ struct NewMessage<'a> {
     content: &'a str,
     metadata: Value,
     created_at: DateTime<Utc>,
+}
+
+/// Inserts the run's message `message_id` unless it exists (a tool call may have created it
+/// before its text starts, or the other way round).
+async fn ensure_message(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &RunEventV1,
+    message_id: &str,
+    role: &str,
+    metadata: Value,
+) -> sqlx::Result<()> {
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE task_id = $1 AND message_id = $2)",
+    )
+    .bind(event.task_id)
+    .bind(message_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    if exists {
+        return Ok(());
+    }
+    insert_message(
+        tx,
+        NewMessage {
+            owner: &event.owner,
+            thread_id: &event.thread_id,
+            task_id: event.task_id,
+            message_id,
+            role,
+            content: "",
+            metadata,
+            created_at: event.emitted_at,
+        },
+    )
+    .await
+}
+
+/// Adds `fields` to the metadata of the run's message `message_id` (if it exists).
+async fn merge_metadata(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    message_id: &str,
+    fields: Value,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages SET metadata = metadata || $3 WHERE task_id = $1 AND message_id = $2",
+    )
+    .bind(task_id)
+    .bind(message_id)
+    .bind(fields)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Rebuilds `metadata.tool_calls` (`[{id, name, arguments}]`, in call order) of the message
+/// the tool call `tool_call_id` belongs to.
+async fn refresh_tool_calls(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    tool_call_id: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages m
+            SET metadata = m.metadata || jsonb_build_object('tool_calls', (
+                SELECT jsonb_agg(jsonb_build_object('id', c.tool_call_id, 'name', c.name, 'arguments', c.arguments)
+                                 ORDER BY c.started_seq)
+                  FROM tool_calls c WHERE c.task_id = m.task_id AND c.message_id = m.message_id))
+          FROM tool_calls t
+         WHERE t.task_id = $1 AND t.tool_call_id = $2
+           AND m.task_id = t.task_id AND m.message_id = t.message_id",
+    )
+    .bind(task_id)
+    .bind(tool_call_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Inserts a message at the thread's next `seq` (allocated under the thread row's lock).

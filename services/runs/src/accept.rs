@@ -16,7 +16,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind};
 use chrono::Utc;
 use platform::nats::{Claim, RunBuckets, stored_task};
 use protocol::messaging::{Names, RunTask, RunTaskV1};
-use protocol::metadata::UserMessageAttachments;
+use protocol::metadata::AttachedFile;
 use protocol::{RunAgentInput, TaskAcceptedResponse};
 use uuid::Uuid;
 
@@ -89,7 +89,7 @@ impl Acceptor {
         &self,
         owner: &str,
         input: RunAgentInput,
-        attachments: Vec<UserMessageAttachments>,
+        attachments: Vec<AttachedFile>,
     ) -> Result<TaskAcceptedResponse, AcceptError> {
         let subject = self
             .names

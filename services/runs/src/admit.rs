@@ -11,7 +11,7 @@ use futures::future::join_all;
 use protocol::files::{
     MAX_FILES_PER_MESSAGE, ResolveOutcome, ResolveReply, ResolveRequest, ResolvedFile,
 };
-use protocol::metadata::UserMessageAttachments;
+use protocol::metadata::AttachedFile;
 use protocol::run_input::{ContentBlock, Message, RunAgentInput, UserContent};
 use protocol::validate::messages;
 use serde_json::Value;
@@ -64,7 +64,7 @@ impl Admission {
         &self,
         owner: &str,
         input: &mut RunAgentInput,
-    ) -> Result<Vec<UserMessageAttachments>, AdmitError> {
+    ) -> Result<Vec<AttachedFile>, AdmitError> {
         let Some(Message::User(user)) = input.messages.first_mut() else {
             return Ok(Vec::new());
         };
@@ -102,10 +102,12 @@ impl Admission {
                 });
             }
             rewrite(&mut blocks[slot.index], &file);
-            admitted.push(UserMessageAttachments {
+            admitted.push(AttachedFile {
                 bucket: file.bucket,
                 path: file.path,
                 mime_type: file.mime_type,
+                file_name: Some(file.file_name),
+                size_bytes: Some(file.size_bytes),
             });
         }
         Ok(admitted)

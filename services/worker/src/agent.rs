@@ -7,6 +7,7 @@ use protocol::agui::Event;
 use protocol::messaging::RunTaskV1;
 use protocol::run_input::Message;
 use protocol::tools::build_tools_prompt;
+use protocol::ui_schema::{UI_HINTS_EVENT, UiHints, UiHintsEvent, UiStatus};
 
 use crate::sink::EventSink;
 
@@ -52,7 +53,12 @@ pub trait Agent: Send + Sync + 'static {
 /// Deterministic agent. It answers `You said: <text>`, streamed word by word, except:
 /// - `/tools` answers with the system prompt the worker built (the tools block);
 /// - `/slow <text>` streams the same echo with a 200 ms pause between words (for cancel tests);
-/// - `/fail` fails, so the run ends with `RUN_ERROR`.
+/// - `/fail` fails, so the run ends with `RUN_ERROR`;
+/// - `/ui <title>` echoes and attaches `ui_hints` (title, success badge, the echo as body);
+/// - `/tool <name> <json arguments>` calls the tool: a client tool (one of the run's `tools`)
+///   is called and the run ends, for the client to answer; any other name runs the built-in
+///   backend tool, which returns its arguments, then a summary follows. Both the tool result
+///   and the summary carry `ui_hints`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EchoAgent;
 
@@ -71,33 +77,134 @@ impl Agent for EchoAgent {
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             let text = input.user_text();
-            if text.trim() == "/fail" {
+            let trimmed = text.trim();
+            if trimmed == "/fail" {
                 anyhow::bail!("asked to fail");
             }
-            let (reply, pause) = if text.trim() == "/tools" {
+            let reply_id = format!("{}-reply", input.task.task_id);
+            if let Some(call) = trimmed.strip_prefix("/tool ") {
+                return call_tool(input, sink, &reply_id, call).await;
+            }
+            let (reply, pause) = if trimmed == "/tools" {
                 (input.system_prompt.clone(), None)
             } else if text.starts_with("/slow") {
                 (Self::reply(&text), Some(Duration::from_millis(200)))
             } else {
                 (Self::reply(&text), None)
             };
-            let message_id = format!("{}-reply", input.task.task_id);
-            sink.emit(Event::TextMessageStart {
-                message_id: message_id.clone(),
-                role: "assistant".to_owned(),
-            })
-            .await?;
-            for chunk in reply.split_inclusive(' ') {
-                if let Some(pause) = pause {
-                    sink.pause(pause).await?;
-                }
-                sink.emit(Event::TextMessageContent {
-                    message_id: message_id.clone(),
-                    delta: chunk.to_owned(),
-                })
-                .await?;
+            stream_text(sink, &reply_id, &reply, pause).await?;
+            if let Some(title) = trimmed.strip_prefix("/ui ") {
+                let hints = UiHints {
+                    title: Some(title.to_owned()),
+                    status: Some(UiStatus::Success),
+                    body: Some(reply),
+                    ..UiHints::default()
+                };
+                emit_hints(sink, &reply_id, hints).await?;
             }
-            sink.emit(Event::TextMessageEnd { message_id }).await
+            Ok(())
         })
     }
+}
+
+/// Streams `text` as one assistant message, word by word.
+async fn stream_text(
+    sink: &mut EventSink,
+    message_id: &str,
+    text: &str,
+    pause: Option<Duration>,
+) -> anyhow::Result<()> {
+    sink.emit(Event::TextMessageStart {
+        message_id: message_id.to_owned(),
+        role: "assistant".to_owned(),
+    })
+    .await?;
+    for chunk in text.split_inclusive(' ') {
+        if let Some(pause) = pause {
+            sink.pause(pause).await?;
+        }
+        sink.emit(Event::TextMessageContent {
+            message_id: message_id.to_owned(),
+            delta: chunk.to_owned(),
+        })
+        .await?;
+    }
+    sink.emit(Event::TextMessageEnd {
+        message_id: message_id.to_owned(),
+    })
+    .await
+}
+
+async fn emit_hints(sink: &mut EventSink, message_id: &str, hints: UiHints) -> anyhow::Result<()> {
+    let value = serde_json::to_value(UiHintsEvent {
+        message_id: message_id.to_owned(),
+        hints,
+    })?;
+    sink.emit(Event::Custom {
+        name: UI_HINTS_EVENT.to_owned(),
+        value,
+    })
+    .await
+}
+
+/// `/tool <name> <json arguments>`.
+async fn call_tool(
+    input: &ModelInput<'_>,
+    sink: &mut EventSink,
+    reply_id: &str,
+    call: &str,
+) -> anyhow::Result<()> {
+    let (name, arguments) = call.trim().split_once(' ').unwrap_or((call.trim(), "{}"));
+    let arguments = arguments.trim();
+    let task_id = input.task.task_id;
+    let tool_call_id = format!("{task_id}-call-1");
+    stream_text(sink, reply_id, &format!("Calling {name}."), None).await?;
+    sink.emit(Event::ToolCallStart {
+        tool_call_id: tool_call_id.clone(),
+        tool_call_name: name.to_owned(),
+        parent_message_id: Some(reply_id.to_owned()),
+    })
+    .await?;
+    // Arguments stream in pieces, as a model would send them.
+    let chars: Vec<char> = arguments.chars().collect();
+    for piece in chars.chunks(8) {
+        sink.emit(Event::ToolCallArgs {
+            tool_call_id: tool_call_id.clone(),
+            delta: piece.iter().collect(),
+        })
+        .await?;
+    }
+    sink.emit(Event::ToolCallEnd {
+        tool_call_id: tool_call_id.clone(),
+    })
+    .await?;
+    let client_tool = input
+        .task
+        .input
+        .tools
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|tool| tool.name == name);
+    if client_tool {
+        return Ok(()); // the client runs it and answers in its next run
+    }
+    let parsed: serde_json::Value =
+        serde_json::from_str(arguments).unwrap_or(serde_json::Value::String(arguments.to_owned()));
+    let result_id = format!("{task_id}-tool-1");
+    sink.emit(Event::ToolCallResult {
+        message_id: result_id.clone(),
+        tool_call_id,
+        content: serde_json::json!({"ok": true, "tool": name, "arguments": parsed}).to_string(),
+    })
+    .await?;
+    let done = UiHints {
+        title: Some(format!("{name} done")),
+        status: Some(UiStatus::Success),
+        ..UiHints::default()
+    };
+    emit_hints(sink, &result_id, done.clone()).await?;
+    let summary_id = format!("{task_id}-summary");
+    stream_text(sink, &summary_id, &format!("{name} finished."), None).await?;
+    emit_hints(sink, &summary_id, done).await
 }
