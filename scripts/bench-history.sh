@@ -35,7 +35,8 @@
 # loaded run, 15), BENCH_FLOOR_DURATION (seconds per one-connection run, 10), BENCH_WARMUP
 # (seconds, 3), BENCH_PER_THREAD (100), BENCH_THREADS_PER_OWNER (10), BENCH_CHUNK (rows per
 # insert statement, 1000000), BENCH_ATTACHMENT_FILES (100000), BENCH_MIN_FREE_GB (5), BENCH_OUT
-# (where raw results go; default .data/bench/history-<time>).
+# (where raw results go; default .data/bench/history-<time>), BENCH_SKIP_BUILD (1: use the
+# release binaries in target/release as they are, e.g. while the workspace does not build).
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT" || exit 1
@@ -82,8 +83,15 @@ if ! command -v wrk >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
 "$ROOT/scripts/infra.sh"
-log "building switchboard-history, switchboard-attachments and switchboard-bench (release)"
-cargo build --release --locked --quiet -p switchboard-history -p switchboard-attachments -p switchboard-bench
+if [ "${BENCH_SKIP_BUILD:-0}" = 1 ]; then
+  for bin in switchboard-history switchboard-attachments js-publish-loop; do
+    [ -x "$BIN/$bin" ] || die "BENCH_SKIP_BUILD=1 but $BIN/$bin is missing"
+  done
+  log "using the release binaries already built (BENCH_SKIP_BUILD=1): $(stat -c '%y' "$BIN/switchboard-history" | cut -d. -f1)"
+else
+  log "building switchboard-history, switchboard-attachments and switchboard-bench (release)"
+  cargo build --release --locked --quiet -p switchboard-history -p switchboard-attachments -p switchboard-bench
+fi
 
 # ---------------------------------------------------------------- databases, processes
 RUN_ID="$(date +%s)-$((RANDOM % 10000))"

@@ -20,24 +20,32 @@ ensure_toolchain() {
   fi
 }
 
-# The browser system test (tests/system/browser.rs): Debian's Chromium and the driver's npm
-# packages (playwright-core, which downloads no browser of its own).
-ensure_browser() {
+# The system tests that drive real JavaScript clients: tests/system/browser.rs (Debian's Chromium
+# and playwright-core, which downloads no browser of its own) and tests/system/agui.rs (AG-UI's
+# @ag-ui/client). Node.js from Debian if missing; each driver's npm packages from its lock file.
+ensure_js_clients() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    log "installing Node.js and npm (Debian packages)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
   if [ ! -x /usr/bin/chromium ]; then
     log "installing Chromium (Debian package)"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   fi
-  local dir="$ROOT/tests/browser"
-  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
-    log "installing the browser driver's npm packages (npm ci in tests/browser)"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-    touch "$dir/node_modules"
-  fi
+  local dir
+  for dir in "$ROOT/tests/browser" "$ROOT/tests/agui"; do
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+      log "installing npm packages (npm ci in ${dir#"$ROOT"/})"
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+      touch "$dir/node_modules"
+    fi
+  done
 }
 
 ensure_toolchain
-ensure_browser
+ensure_js_clients
 "$ROOT/scripts/infra.sh"
 
 log "cargo fmt --check"

@@ -137,6 +137,8 @@ impl TestPlatform {
             addr: any_port(),
             nats: nats.clone(),
             concurrency: 4,
+            ack_wait: Duration::from_secs(30),
+            openai: None,
         })
         .await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");
@@ -164,6 +166,24 @@ impl TestPlatform {
 }
 
 impl TestPlatform {
+    /// Starts another runs replica on the same NATS (a second instance behind a load
+    /// balancer); it stops with the platform or when the returned token is cancelled.
+    pub async fn spawn_runs_replica(&self) -> anyhow::Result<(String, CancellationToken)> {
+        let runs = runs::Application::build(runs::Config {
+            addr: any_port(),
+            auth: self.infra.auth(),
+            nats: self.nats.clone(),
+            active_run_policy: runs::ActiveRunPolicy::Enqueue,
+            rate_per_minute: 10_000,
+            rate_burst: 10_000,
+        })
+        .await?;
+        let url = format!("http://127.0.0.1:{}", runs.port());
+        let stop = self.shutdown.child_token();
+        tokio::spawn(runs.run(stop.clone()));
+        Ok((url, stop))
+    }
+
     /// Records a file in the attachments service's table, as an upload would (fixture).
     pub async fn insert_file(
         &self,
@@ -244,6 +264,56 @@ impl TestPlatform {
         .await?;
         pool.close().await;
         Ok(metadata)
+    }
+}
+
+/// One server-sent event: its `id` and its JSON `data`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseFrame {
+    /// The `id:` field (`None` when absent).
+    pub id: Option<String>,
+    /// The `data:` field, parsed.
+    pub data: Value,
+}
+
+/// Reads server-sent events from `response` until the server ends the stream or `limit`
+/// events have arrived (then the connection is dropped); comments (heartbeats) are skipped.
+/// Fails after [`EVENTUAL`] without an end.
+pub async fn read_sse(
+    response: reqwest::Response,
+    limit: Option<usize>,
+) -> anyhow::Result<Vec<SseFrame>> {
+    use futures::StreamExt as _;
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut frames = Vec::new();
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let raw: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut data) = (None, String::new());
+            for line in raw.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+            if !data.is_empty() {
+                frames.push(SseFrame {
+                    id,
+                    data: serde_json::from_str(&data)?,
+                });
+                if limit.is_some_and(|n| frames.len() >= n) {
+                    return Ok(frames);
+                }
+            }
+        }
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Err(_) => bail!("the event stream did not end; got {} events", frames.len()),
+            Ok(None) => return Ok(frames),
+            Ok(Some(chunk)) => buffer.push_str(std::str::from_utf8(&chunk?)?),
+        }
     }
 }
 
@@ -468,6 +538,8 @@ impl ProcessPlatform {
                 database.expose_secret().to_owned(),
             ),
             ("RUST_LOG".into(), "warn".into()),
+            // A killed worker's run is taken over within seconds, not the default 30 s.
+            ("SB_WORKER_ACK_WAIT_SECS".into(), "3".into()),
         ];
         let mut children = Vec::new();
         let mut urls = Vec::new();

@@ -1,6 +1,7 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
 
 mod admission;
+mod agui;
 mod browser;
 mod first_run;
 mod history_days;
@@ -8,5 +9,6 @@ mod history_shapes;
 mod resilience;
 mod run_contract;
 mod server_upload;
+mod streams;
 mod threads;
 mod uploads;

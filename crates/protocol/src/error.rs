@@ -21,6 +21,8 @@ pub enum ErrorCode {
     Conflict,
     /// The caller sent too many requests (429).
     RateLimited,
+    /// What was asked for is older than its retention (410).
+    Expired,
     /// A dependency (database, NATS, S3) is unavailable (503).
     Unavailable,
     /// Something failed on our side; details are in the logs, never in the answer (500).

@@ -268,6 +268,11 @@ pub struct RunTaskV1 {
     /// The user message's files, as the attachments service resolved them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<crate::metadata::AttachedFile>,
+    /// Whether `input.messages` is a whole conversation resent by the client (AG-UI's
+    /// `HttpAgent`): history keeps only the messages it does not hold yet (by id), and the new
+    /// turn is the last message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conversation: bool,
 }
 
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.

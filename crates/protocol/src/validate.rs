@@ -34,6 +34,11 @@ pub mod messages {
         "RunAgentInput.messages must contain exactly one user message";
     /// The user message is not the first one.
     pub const FIRST_IS_USER: &str = "RunAgentInput.messages[0].role must be user";
+    /// A resent conversation's `threadId` is empty or too long (not a seed rule).
+    pub const THREAD_ID_LENGTH: &str = "threadId must be 1 to 128 characters";
+    /// A resent conversation does not end with a new turn (not a seed rule).
+    pub const LAST_IS_NEW_TURN: &str =
+        "RunAgentInput.messages must end with the new user message or a tool result";
     /// A binary block whose MIME type is not `image/*`.
     pub const BINARY_IMAGE_MIME: &str = "binary content requires image mimeType";
     /// A binary block without a URL.
@@ -74,8 +79,8 @@ impl Violation {
     }
 }
 
-/// Parses a raw body into a [`RunAgentInput`] and checks every rule of the seed.
-pub fn parse_run_input(body: &[u8]) -> Result<RunAgentInput, Violation> {
+/// Parses a raw body (bounded) into a [`RunAgentInput`] without checking rules.
+fn parse_unchecked(body: &[u8]) -> Result<RunAgentInput, Violation> {
     if body.len() > MAX_PAYLOAD_BYTES {
         return Err(Violation {
             kind: ViolationKind::TooLarge,
@@ -95,8 +100,61 @@ pub fn parse_run_input(body: &[u8]) -> Result<RunAgentInput, Violation> {
         field: String::new(),
         message: format!("RunAgentInput is malformed: {err}"),
     })?;
+    Ok(input)
+}
+
+/// Parses a raw body into a [`RunAgentInput`] and checks every rule of the seed.
+pub fn parse_run_input(body: &[u8]) -> Result<RunAgentInput, Violation> {
+    let input = parse_unchecked(body)?;
     validate_run_input(&input)?;
     Ok(input)
+}
+
+/// Parses the body of an AG-UI client that resends its whole conversation every turn and
+/// checks [`validate_conversation`].
+pub fn parse_conversation_input(body: &[u8]) -> Result<RunAgentInput, Violation> {
+    let input = parse_unchecked(body)?;
+    validate_conversation(&input)?;
+    Ok(input)
+}
+
+/// The rules of a resent conversation (AG-UI's `HttpAgent`): any `threadId` of 1 to 128
+/// characters, the seed's `runId` and message-count limits, every user message within the text
+/// limit with valid blocks, and a new turn at the end (a user message or a tool result).
+pub fn validate_conversation(input: &RunAgentInput) -> Result<(), Violation> {
+    let thread_chars = input.thread_id.chars().count();
+    if thread_chars == 0 || thread_chars > MAX_RUN_ID_CHARS {
+        return Err(Violation::rule("/threadId", messages::THREAD_ID_LENGTH));
+    }
+    if input.run_id.chars().count() > MAX_RUN_ID_CHARS {
+        return Err(Violation::rule("/runId", messages::RUN_ID_LENGTH));
+    }
+    if input.messages.len() > MAX_MESSAGES {
+        return Err(Violation::rule("/messages", messages::MESSAGES_LIMIT));
+    }
+    if !matches!(
+        input.messages.last(),
+        Some(Message::User(_) | Message::Tool(_))
+    ) {
+        return Err(Violation::rule("/messages", messages::LAST_IS_NEW_TURN));
+    }
+    for (at, message) in input.messages.iter().enumerate() {
+        let Message::User(user) = message else {
+            continue;
+        };
+        if user.content.text().chars().count() > MAX_USER_TEXT_CHARS {
+            return Err(Violation::rule(
+                format!("/messages/{at}/content"),
+                messages::USER_TEXT_LIMIT,
+            ));
+        }
+        if let UserContent::Blocks(blocks) = &user.content {
+            for (index, block) in blocks.iter().enumerate() {
+                validate_block(block, &format!("/messages/{at}/content/{index}"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks the rules of the seed on an already parsed input, in the seed's order.

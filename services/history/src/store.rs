@@ -4,6 +4,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use protocol::agui::Event;
 use protocol::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use protocol::messaging::{RunEventV1, RunTaskV1};
+use protocol::run_input::Message;
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -39,23 +40,16 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
     if inserted.is_none() {
         return Ok(Outcome::Duplicate);
     }
-    let Some(protocol::run_input::Message::User(user)) = task.input.messages.first() else {
+    if task.conversation {
+        record_conversation(&mut tx, task).await?;
+        tx.commit().await?;
+        return Ok(Outcome::Written);
+    }
+    let Some(Message::User(user)) = task.input.messages.first() else {
         // Validation guarantees a first user message; a task without one has nothing to keep.
         tx.commit().await?;
         return Ok(Outcome::Written);
     };
-    let mut metadata = json!({
-        "run_id": task.input.run_id,
-        "message_id": user.id,
-        "stage": "input",
-    });
-    // The seed's `user_message_attachments` is one object (bucket, path, MIME type): the first
-    // file. A message may carry up to three, so all of them, with name and size for the
-    // file-attachments history shape, are kept in `user_message_attachment_list`.
-    if let Some(first) = task.attachments.first() {
-        metadata["user_message_attachments"] = json!(first.location());
-        metadata["user_message_attachment_list"] = json!(task.attachments);
-    }
     insert_message(
         &mut tx,
         NewMessage {
@@ -65,13 +59,95 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
             message_id: &user.id,
             role: "user",
             content: &user.content.text(),
-            metadata,
+            metadata: input_metadata(task, &user.id, true),
             created_at: task.accepted_at,
         },
     )
     .await?;
     tx.commit().await?;
     Ok(Outcome::Written)
+}
+
+/// Metadata of a message that came in with the run; the new user message carries its files.
+fn input_metadata(task: &RunTaskV1, message_id: &str, new_turn: bool) -> Value {
+    let mut metadata = json!({
+        "run_id": task.input.run_id,
+        "message_id": message_id,
+        "stage": "input",
+    });
+    // The seed's `user_message_attachments` is one object (bucket, path, MIME type): the first
+    // file. A message may carry up to three, so all of them, with name and size for the
+    // file-attachments history shape, are kept in `user_message_attachment_list`.
+    if new_turn && let Some(first) = task.attachments.first() {
+        metadata["user_message_attachments"] = json!(first.location());
+        metadata["user_message_attachment_list"] = json!(task.attachments);
+    }
+    metadata
+}
+
+/// A conversation resent whole by its client: keeps, in order, the user, assistant and tool
+/// messages the thread does not hold yet (recognised by id), so a resent turn is never stored
+/// twice.
+async fn record_conversation(
+    tx: &mut Transaction<'_, Postgres>,
+    task: &RunTaskV1,
+) -> sqlx::Result<()> {
+    lock_thread(tx, &task.owner, &task.input.thread_id, task.accepted_at).await?;
+    let messages = &task.input.messages;
+    let new_turn = messages.iter().rposition(|m| matches!(m, Message::User(_)));
+    let mut seen = std::collections::HashSet::new();
+    for (at, message) in messages.iter().enumerate() {
+        let id = message.id();
+        if !seen.insert(id) {
+            continue; // the same id twice in one request: the first one counts
+        }
+        let mut metadata = input_metadata(task, id, Some(at) == new_turn);
+        let (role, content) = match message {
+            Message::User(user) => ("user", user.content.text()),
+            Message::Assistant(assistant) => {
+                if let Some(calls) = &assistant.tool_calls {
+                    let calls: Vec<Value> = calls
+                        .iter()
+                        .map(|c| json!({"id": c.id, "name": c.function.name, "arguments": c.function.arguments}))
+                        .collect();
+                    metadata["tool_calls"] = Value::Array(calls);
+                }
+                ("assistant", assistant.content.clone().unwrap_or_default())
+            }
+            Message::Tool(tool) => {
+                metadata["tool_call_id"] = Value::String(tool.tool_call_id.clone());
+                metadata["stage"] = Value::String("tool_execution".to_owned());
+                ("tool", tool.content.clone())
+            }
+            _ => continue, // system, developer, reasoning, activity: not conversation
+        };
+        let known: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3)",
+        )
+        .bind(&task.owner)
+        .bind(&task.input.thread_id)
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+        if known {
+            continue;
+        }
+        insert_message(
+            tx,
+            NewMessage {
+                owner: &task.owner,
+                thread_id: &task.input.thread_id,
+                task_id: task.task_id,
+                message_id: id,
+                role,
+                content: &content,
+                metadata,
+                created_at: task.accepted_at,
+            },
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Applies one run event, exactly once and in per-run order.
@@ -271,7 +347,7 @@ struct NewMessage<'a> {
     created_at: DateTime<Utc>,
 }
 
-/// Inserts the run's message `message_id` unless it exists (a tool call may have created it
+/// Inserts the run's message `message_id` unless the thread holds it (a tool call may have created it
 /// before its text starts, or the other way round).
 async fn ensure_message(
     tx: &mut Transaction<'_, Postgres>,
@@ -280,10 +356,15 @@ async fn ensure_message(
     role: &str,
     metadata: Value,
 ) -> sqlx::Result<()> {
+    // By thread, not by run: a conversation resent by its client may have stored this very
+    // message (by id) before this run's events arrived. Under the thread's lock, so the two
+    // consumers never both decide to insert it.
+    lock_thread(tx, &event.owner, &event.thread_id, event.emitted_at).await?;
     let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM messages WHERE task_id = $1 AND message_id = $2)",
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3)",
     )
-    .bind(event.task_id)
+    .bind(&event.owner)
+    .bind(&event.thread_id)
     .bind(message_id)
     .fetch_one(&mut **tx)
     .await?;
@@ -304,6 +385,31 @@ async fn ensure_message(
         },
     )
     .await
+}
+
+/// Locks the thread's row (creating it if needed) until the transaction ends: whoever checks
+/// whether the thread holds a message id and then inserts it does so alone.
+async fn lock_thread(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &str,
+    thread_id: &str,
+    at: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
+         VALUES ($1, $2, 0, $3, $3) ON CONFLICT (owner, thread_id) DO NOTHING",
+    )
+    .bind(owner)
+    .bind(thread_id)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("SELECT 1 FROM threads WHERE owner = $1 AND thread_id = $2 FOR UPDATE")
+        .bind(owner)
+        .bind(thread_id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// Adds `fields` to the metadata of the run's message `message_id` (if it exists).

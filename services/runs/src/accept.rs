@@ -90,6 +90,7 @@ impl Acceptor {
         owner: &str,
         input: RunAgentInput,
         attachments: Vec<AttachedFile>,
+        conversation: bool,
     ) -> Result<TaskAcceptedResponse, AcceptError> {
         let subject = self
             .names
@@ -100,6 +101,7 @@ impl Acceptor {
             accepted_at: Utc::now(),
             input,
             attachments,
+            conversation,
         };
         let thread_id = task.input.thread_id.as_str();
         if self.policy == ActiveRunPolicy::Reject {
@@ -159,6 +161,7 @@ fn answer_retry(
     if original.owner == task.owner
         && original.input == task.input
         && original.attachments == task.attachments
+        && original.conversation == task.conversation
     {
         tracing::info!(task.id = %original.task_id, "retried run request answered with the original task");
         Ok(response(&original))

@@ -58,14 +58,23 @@ impl Admission {
         }
     }
 
-    /// Resolves every file of the user message, rewrites their URLs to `s3://bucket/path`
+    /// Resolves every file of the (last) user message, rewrites their URLs to `s3://bucket/path`
     /// and returns their storage metadata, in block order.
     pub(crate) async fn admit(
         &self,
         owner: &str,
         input: &mut RunAgentInput,
     ) -> Result<Vec<AttachedFile>, AdmitError> {
-        let Some(Message::User(user)) = input.messages.first_mut() else {
+        // The new user message: the only one on `/api/v1/agent/runs`, the last one in a
+        // conversation resent by an AG-UI client.
+        let Some(at) = input
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::User(_)))
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(Message::User(user)) = input.messages.get_mut(at) else {
             return Ok(Vec::new());
         };
         let UserContent::Blocks(blocks) = &mut user.content else {
@@ -78,14 +87,14 @@ impl Admission {
             .collect();
         if slots.len() > MAX_FILES_PER_MESSAGE {
             return Err(AdmitError::Refused {
-                field: "/messages/0/content".to_owned(),
+                field: format!("/messages/{at}/content"),
                 message: format!("a message may carry at most {MAX_FILES_PER_MESSAGE} files"),
             });
         }
         let answers = join_all(slots.iter().map(|slot| self.resolve(owner, &slot.url))).await;
         let mut admitted = Vec::with_capacity(slots.len());
         for (slot, answer) in slots.iter().zip(answers) {
-            let field = format!("/messages/0/content/{}{}", slot.index, slot.url_field);
+            let field = format!("/messages/{at}/content/{}{}", slot.index, slot.url_field);
             let file = match answer? {
                 ResolveOutcome::Resolved(file) => file,
                 ResolveOutcome::Refused { reason } => {
@@ -97,7 +106,7 @@ impl Admission {
             };
             if slot.image_only && !file.mime_type.starts_with("image/") {
                 return Err(AdmitError::Refused {
-                    field: format!("/messages/0/content/{}/mimeType", slot.index),
+                    field: format!("/messages/{at}/content/{}/mimeType", slot.index),
                     message: messages::BINARY_IMAGE_MIME.to_owned(),
                 });
             }

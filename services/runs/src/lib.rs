@@ -3,6 +3,7 @@
 
 mod accept;
 mod admit;
+mod events;
 mod limit;
 mod routes;
 mod status;
@@ -70,6 +71,9 @@ pub(crate) struct AppState {
     pub(crate) admission: Arc<admit::Admission>,
     pub(crate) runs: Arc<status::RunDirectory>,
     pub(crate) limiter: Arc<limit::PerOwnerLimit>,
+    pub(crate) events: events::EventHub,
+    /// Cancelled at shutdown: ends the open event streams so the server can drain.
+    pub(crate) shutdown: CancellationToken,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -82,6 +86,8 @@ impl FromRef<AppState> for Arc<Authenticator> {
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
+    /// Ends the event streams (and the event hub) at shutdown.
+    streams: CancellationToken,
 }
 
 impl platform::service::Service for Application {
@@ -112,6 +118,7 @@ impl platform::service::Service for Application {
             names.attachments_resolve_subject(),
             std::time::Duration::from_secs(5),
         ));
+        let hub_client = client.clone();
         let runs = Arc::new(status::RunDirectory::new(
             client,
             runs_stream,
@@ -122,19 +129,28 @@ impl platform::service::Service for Application {
             config.rate_per_minute,
             config.rate_burst,
         ));
+        let shutdown = CancellationToken::new();
+        let events =
+            events::EventHub::start(&hub_client, &js, names.clone(), shutdown.clone()).await?;
         let state = AppState {
             auth,
             accept,
             admission,
             runs,
             limiter,
+            events,
+            shutdown: shutdown.clone(),
         };
         let router = routes::router(state).merge(platform::http::health_routes(vec![(
             "nats",
             platform::nats::probe(js),
         )]));
         let listener = platform::service::bind(config.addr).await?;
-        Ok(Self { listener, router })
+        Ok(Self {
+            listener,
+            router,
+            streams: shutdown,
+        })
     }
 
     /// The bound port.
@@ -144,8 +160,14 @@ impl platform::service::Service for Application {
 
     /// Serves until `shutdown` is cancelled.
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        platform::http::serve(self.listener, self.router, shutdown)
-            .await
-            .context("runs HTTP server failed")
+        let streams = self.streams.clone();
+        let stop_streams = shutdown.clone();
+        tokio::spawn(async move {
+            stop_streams.cancelled().await;
+            streams.cancel();
+        });
+        let served = platform::http::serve(self.listener, self.router, shutdown).await;
+        self.streams.cancel();
+        served.context("runs HTTP server failed")
     }
 }

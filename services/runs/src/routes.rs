@@ -6,21 +6,32 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
-use protocol::validate::{MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, parse_run_input};
+use protocol::TaskAcceptedResponse;
+use protocol::run_input::RunAgentInput;
+use protocol::validate::{
+    MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, parse_conversation_input,
+    parse_run_input,
+};
 
 use crate::AppState;
 use crate::accept::AcceptError;
 use crate::admit::AdmitError;
+use crate::events::FollowError;
 use crate::status::status_response;
 
 /// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
 pub(crate) const OPENAPI: &str = include_str!("../openapi.json");
+
+/// How often an idle event stream sends a comment.
+const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// Longest run id accepted in a path.
 const MAX_PATH_ID_CHARS: usize = 128;
@@ -30,6 +41,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/agent/runs", post(create_run))
         .route("/api/v1/agent/runs/{run_id}", get(run_status))
         .route("/api/v1/agent/runs/{run_id}/cancel", post(cancel_run))
+        .route("/api/v1/agent/runs/{run_id}/events", get(run_events))
+        .route("/api/v1/agent/ag-ui", post(ag_ui_run))
         .route(
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
@@ -54,6 +67,10 @@ pub(crate) enum ApiError {
     RateLimited(Duration),
     /// 404: no such run for this owner.
     NotFound,
+    /// 410: the events after the client's position are no longer retained.
+    Expired(u64),
+    /// 400: a `Last-Event-ID` that is not an event id of this API.
+    BadCursor,
     /// 400: a path id that cannot be a run id.
     BadId,
     /// 500: something failed on our side.
@@ -110,6 +127,20 @@ impl IntoResponse for ApiError {
                 return response;
             }
             ApiError::NotFound => ErrorResponse::not_found("run"),
+            ApiError::Expired(after) => ErrorResponse::with_field(
+                StatusCode::GONE,
+                ErrorCode::Expired,
+                format!(
+                    "the events of this run after {after} are no longer retained; read the thread's history instead"
+                ),
+                "Last-Event-ID",
+            ),
+            ApiError::BadCursor => ErrorResponse::with_field(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                "Last-Event-ID must be the id of an event this stream sent (a non-negative integer)",
+                "Last-Event-ID",
+            ),
             ApiError::BadId => ErrorResponse::with_field(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::InvalidRequest,
@@ -123,18 +154,44 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `POST /api/v1/agent/runs`: validate, publish, answer 202 after the JetStream ack.
+/// `POST /api/v1/agent/runs`: validate, publish, answer 202 after the JetStream ack; with
+/// `Accept: text/event-stream`, answer with the run's event stream instead.
 async fn create_run(
     State(state): State<AppState>,
     owner: Owner,
     headers: HeaderMap,
     body: Body,
-) -> Result<impl IntoResponse, ApiError> {
-    if !is_json(&headers) {
+) -> Result<Response, ApiError> {
+    let bytes = read_json_body(&headers, body).await?;
+    let input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
+    let accepted = start_run(&state, &owner, input, false).await?;
+    if wants_event_stream(&headers) {
+        return stream_events(&state, &accepted, 0).await;
+    }
+    Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
+}
+
+/// `POST /api/v1/agent/ag-ui`: the route for AG-UI clients (`HttpAgent`), which resend the whole
+/// conversation every turn. Any `threadId`, the new turn last; the server keeps the history and
+/// recognises resent messages by id. Always answers with the run's event stream.
+async fn ag_ui_run(
+    State(state): State<AppState>,
+    owner: Owner,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_json_body(&headers, body).await?;
+    let input = parse_conversation_input(&bytes).map_err(ApiError::Invalid)?;
+    let accepted = start_run(&state, &owner, input, true).await?;
+    stream_events(&state, &accepted, 0).await
+}
+
+/// Reads a JSON body, never buffering more than the limit.
+async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+    if !is_json(headers) {
         return Err(ApiError::NotJson);
     }
-    // Never buffer more than the limit: the body is read through a bounded adapter.
-    let bytes = Limited::new(body, MAX_PAYLOAD_BYTES)
+    Ok(Limited::new(body, MAX_PAYLOAD_BYTES)
         .collect()
         .await
         .map_err(|err| {
@@ -148,8 +205,16 @@ async fn create_run(
                 })
             }
         })?
-        .to_bytes();
-    let mut input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
+        .to_bytes())
+}
+
+/// Rate limit, attachment admission, acceptance onto JetStream.
+async fn start_run(
+    state: &AppState,
+    owner: &Owner,
+    mut input: RunAgentInput,
+    conversation: bool,
+) -> Result<TaskAcceptedResponse, ApiError> {
     state
         .limiter
         .check(owner.as_str())
@@ -166,16 +231,100 @@ async fn create_run(
             }),
             AdmitError::Unavailable(e) => ApiError::Unavailable(e),
         })?;
-    let accepted = state
+    state
         .accept
-        .accept(owner.as_str(), input, attachments)
+        .accept(owner.as_str(), input, attachments, conversation)
         .await
         .map_err(|err| match err {
             AcceptError::Conflict => ApiError::Conflict,
             AcceptError::ThreadBusy => ApiError::ThreadBusy,
             AcceptError::Unavailable(e) => ApiError::Unavailable(e),
+        })
+}
+
+/// `GET /api/v1/agent/runs/{runId}/events`: the run's AG-UI events as server-sent events, from
+/// the start or, with `Last-Event-ID`, exactly after the last event the client received, on
+/// any replica.
+async fn run_events(
+    State(state): State<AppState>,
+    owner: Owner,
+    Path(run_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    check_path_id(&run_id)?;
+    let after = match headers.get("last-event-id") {
+        None => 0,
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or(ApiError::BadCursor)?,
+    };
+    let record = state
+        .runs
+        .find(owner.as_str(), &run_id)
+        .await
+        .map_err(ApiError::Internal)?
+        .ok_or(ApiError::NotFound)?;
+    let events = state
+        .events
+        .follow(record.task_id, after, record.status.is_terminal())
+        .await
+        .map_err(|err| match err {
+            FollowError::Expired { after } => ApiError::Expired(after),
+            FollowError::Nats(e) => ApiError::Unavailable(e),
         })?;
-    Ok((StatusCode::ACCEPTED, axum::Json(accepted)))
+    Ok(sse(events, state.shutdown.clone()))
+}
+
+async fn stream_events(
+    state: &AppState,
+    accepted: &TaskAcceptedResponse,
+    after: u64,
+) -> Result<Response, ApiError> {
+    let task_id = uuid::Uuid::try_parse(&accepted.task_id)
+        .map_err(|err| ApiError::Internal(anyhow::Error::new(err)))?;
+    let events = state
+        .events
+        .follow(task_id, after, false)
+        .await
+        .map_err(|err| match err {
+            FollowError::Expired { after } => ApiError::Expired(after),
+            FollowError::Nats(e) => ApiError::Unavailable(e),
+        })?;
+    Ok(sse(events, state.shutdown.clone()))
+}
+
+/// Server-sent events: `id` is the event's per-run `seq`, `data` the AG-UI event; a comment
+/// every [`HEARTBEAT`] keeps proxies from closing an idle stream. Ends after the terminal event,
+/// or when the service shuts down.
+fn sse(
+    events: impl futures::Stream<Item = protocol::messaging::RunEventV1> + Send + 'static,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Response {
+    let frames = events
+        .map(|event| {
+            SseEvent::default()
+                .id(event.seq.to_string())
+                .json_data(&event.event)
+        })
+        .take_until(shutdown.cancelled_owned());
+    Sse::new(frames)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat"))
+        .into_response()
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|mime| {
+            mime.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
 }
 
 fn check_path_id(run_id: &str) -> Result<(), ApiError> {

@@ -29,12 +29,18 @@ impl<'a> ModelInput<'a> {
         }
     }
 
-    /// The user's text.
+    /// The text of the user's new message (the last user message of the input).
     pub fn user_text(&self) -> String {
-        match self.task.input.messages.first() {
-            Some(Message::User(user)) => user.content.text(),
-            _ => String::new(),
-        }
+        self.task
+            .input
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User(user) => Some(user.content.text()),
+                _ => None,
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -5,13 +5,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::Utc;
 use futures::StreamExt;
 use platform::nats::{Claim, Created, RunBuckets};
 use protocol::agui::Event;
 use protocol::messaging::{
-    Names, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER, status_key,
+    Names, RunEventMessage, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER,
+    status_key,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -20,8 +22,6 @@ use uuid::Uuid;
 use crate::agent::{Agent, ModelInput};
 use crate::sink::EventSink;
 
-/// How long a run may go without an ack before JetStream redelivers it.
-const ACK_WAIT: Duration = Duration::from_secs(60);
 /// How soon a run waiting for its thread (policy `enqueue`) is offered again.
 const THREAD_BUSY_DELAY: Duration = Duration::from_millis(250);
 
@@ -35,8 +35,12 @@ pub(crate) struct RunConsumer {
     buckets: RunBuckets,
     consumer: jetstream::consumer::Consumer<pull::Config>,
     runs: jetstream::stream::Stream,
+    /// The RUN_EVENTS stream (read when ending a lost run).
+    events: jetstream::stream::Stream,
     agent: Arc<dyn Agent>,
     concurrency: usize,
+    /// How often a long run's progress is reported (a third of the consumer's ack wait).
+    heartbeat: Duration,
     running: Running,
 }
 
@@ -54,16 +58,18 @@ impl RunConsumer {
         names: Names,
         agent: Arc<dyn Agent>,
         concurrency: usize,
+        ack_wait: Duration,
     ) -> anyhow::Result<Self> {
         let buckets = platform::nats::ensure_run_buckets(&js, &names).await?;
         let stream = js.get_stream(names.runs_stream()).await?;
+        let events = js.get_stream(names.run_events_stream()).await?;
         let consumer = stream
             .get_or_create_consumer(
                 WORKER_CONSUMER,
                 pull::Config {
                     durable_name: Some(WORKER_CONSUMER.to_owned()),
                     ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
+                    ack_wait,
                     max_ack_pending: i64::try_from(concurrency).unwrap_or(i64::MAX),
                     ..Default::default()
                 },
@@ -77,8 +83,10 @@ impl RunConsumer {
             buckets,
             consumer,
             runs: stream,
+            events,
             agent,
             concurrency,
+            heartbeat: ack_wait / 3,
             running: Arc::default(),
         })
     }
@@ -140,7 +148,25 @@ impl RunConsumer {
         if let Some(headers) = &message.headers {
             platform::telemetry::adopt_parent(&span, &platform::nats::HeaderExtractor(headers));
         }
-        let ack = match self.process(&task).instrument(span).await {
+        // Progress heartbeats while the run goes on, so a long run is never redelivered while
+        // its worker is alive, and a dead worker's run is redelivered within ACK_WAIT.
+        let processed = {
+            let work = std::pin::pin!(self.process(&task).instrument(span));
+            let mut work = work;
+            let mut beat = tokio::time::interval(self.heartbeat);
+            beat.tick().await;
+            loop {
+                tokio::select! {
+                    outcome = &mut work => break outcome,
+                    _ = beat.tick() => {
+                        if let Err(err) = message.ack_with(AckKind::Progress).await {
+                            tracing::warn!(task.id = %task.task_id, error = %err, "progress heartbeat failed");
+                        }
+                    }
+                }
+            }
+        };
+        let ack = match processed {
             Ok(Processed::Done) => message.ack().await,
             Ok(Processed::ThreadBusy) => {
                 message
@@ -184,6 +210,17 @@ impl RunConsumer {
             if claim != Claim::Claimed {
                 return Ok(Processed::ThreadBusy);
             }
+        }
+        if status == Some(RunStatus::Running) {
+            // A worker was running this task and stopped without finishing it (it died, or lost
+            // NATS). Running the agent again would repeat what it already streamed: the run
+            // ends failed, after the events it has, deterministically.
+            let end = self.end_lost_run(task).await?;
+            self.set_status(task.task_id, end.0, end.1).await?;
+            self.buckets
+                .release_thread(owner, thread_id, task.task_id)
+                .await?;
+            return Ok(Processed::Done);
         }
         let token = CancellationToken::new();
         if let Ok(mut running) = self.running.lock() {
@@ -271,6 +308,44 @@ impl RunConsumer {
                 Ok((RunStatus::Failed, Some(message)))
             }
         }
+    }
+
+    /// Ends a run whose worker stopped mid-run: after the last event in its log, a `RUN_ERROR`
+    /// (`worker_lost`) unless the log already ends with a terminal event.
+    async fn end_lost_run(&self, task: &RunTaskV1) -> anyhow::Result<(RunStatus, Option<String>)> {
+        let subject = self.names.run_event_subject(task.task_id);
+        let last = match self.events.get_last_raw_message_by_subject(&subject).await {
+            Ok(message) => match serde_json::from_slice::<RunEventMessage>(&message.payload) {
+                Ok(RunEventMessage::V1(event)) => Some(event),
+                Err(err) => anyhow::bail!("undecodable last event of a lost run: {err}"),
+            },
+            Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+            Err(err) => return Err(err.into()),
+        };
+        if let Some(last) = &last {
+            match &last.event {
+                Event::RunFinished { .. } => return Ok((RunStatus::Completed, None)),
+                Event::RunError { code, message } => {
+                    let status = if code.as_deref() == Some("cancelled") {
+                        RunStatus::Cancelled
+                    } else {
+                        RunStatus::Failed
+                    };
+                    return Ok((status, Some(message.clone())));
+                }
+                _ => {}
+            }
+        }
+        let mut sink = EventSink::new(self.js.clone(), &self.names, task, CancellationToken::new())
+            .after(last.map_or(0, |e| e.seq));
+        let message = "the worker running this run stopped before it finished".to_owned();
+        sink.finish(Event::RunError {
+            message: message.clone(),
+            code: Some("worker_lost".to_owned()),
+        })
+        .await?;
+        tracing::warn!(task.id = %task.task_id, "run lost by its worker ended as failed");
+        Ok((RunStatus::Failed, Some(message)))
     }
 
     async fn set_status(

@@ -3,6 +3,7 @@
 
 pub mod agent;
 mod consumer;
+pub mod openai;
 pub mod sink;
 
 use std::net::SocketAddr;
@@ -23,6 +24,12 @@ pub struct Config {
     pub nats: NatsConfig,
     /// Runs processed at once by this replica (`SB_WORKER_CONCURRENCY`, default 16).
     pub concurrency: usize,
+    /// How long a run may go without a progress heartbeat before JetStream gives it to another
+    /// worker (`SB_WORKER_ACK_WAIT_SECS`, default 30, at least 3); heartbeats go every third of it.
+    pub ack_wait: std::time::Duration,
+    /// The OpenAI-compatible backend (`SB_OPENAI_BASE_URL`, `SB_OPENAI_MODEL`,
+    /// `SB_OPENAI_API_KEY`); the built-in deterministic agent when unset.
+    pub openai: Option<openai::OpenAiConfig>,
 }
 
 impl Config {
@@ -35,10 +42,19 @@ impl Config {
                 reason: "must be at least 1".to_owned(),
             });
         }
+        let ack_wait_secs: u64 = env.or("SB_WORKER_ACK_WAIT_SECS", 30)?;
+        if ack_wait_secs < 3 {
+            return Err(ConfigError::Invalid {
+                name: "SB_WORKER_ACK_WAIT_SECS".to_owned(),
+                reason: "must be at least 3".to_owned(),
+            });
+        }
         Ok(Self {
             addr: env.or("SB_WORKER_ADDR", SocketAddr::from(([127, 0, 0, 1], 8084)))?,
             nats: env.nats()?,
             concurrency,
+            ack_wait: std::time::Duration::from_secs(ack_wait_secs),
+            openai: openai::OpenAiConfig::from_env(env)?,
         })
     }
 }
@@ -60,7 +76,11 @@ impl platform::service::Service for Application {
 
     /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
     async fn build(config: Config) -> anyhow::Result<Self> {
-        Application::build_with_agent(config, Arc::new(agent::EchoAgent)).await
+        let agent: Arc<dyn agent::Agent> = match &config.openai {
+            Some(openai) => Arc::new(openai::OpenAiAgent::new(openai.clone())?),
+            None => Arc::new(agent::EchoAgent),
+        };
+        Application::build_with_agent(config, agent).await
     }
 
     /// The bound health port.
@@ -91,6 +111,7 @@ impl Application {
             config.nats.names.clone(),
             agent,
             config.concurrency,
+            config.ack_wait,
         )
         .await?;
         let router = platform::http::health_routes(vec![("nats", platform::nats::probe(js))]);

@@ -48,6 +48,12 @@ impl EventSink {
         }
     }
 
+    /// Continues a log that already holds events up to `seq`.
+    pub(crate) fn after(mut self, seq: u64) -> Self {
+        self.template.seq = seq;
+        self
+    }
+
     /// Publishes `event` as the run's next event and waits for the ack; refuses with
     /// [`Cancelled`] once the run is cancelled. Cancellation is checked before publishing, never
     /// during, so an event is either stored with its number or not sent at all.

@@ -209,6 +209,7 @@ async fn publish_one(
         accepted_at: Utc::now(),
         input,
         attachments: Vec::new(),
+        conversation: false,
     }))?;
     let bytes = payload.len();
     let sent = Instant::now();

@@ -1,0 +1,462 @@
+//! DOCX, PPTX and XLSX: zip archives of XML parts, read with a cap on entries and
+//! on the total bytes decompressed.
+
+use std::collections::HashMap;
+use std::io::{Cursor, Read};
+
+use quick_xml::Reader;
+use quick_xml::escape::resolve_predefined_entity;
+use quick_xml::events::{BytesRef, BytesStart, Event};
+use zip::ZipArchive;
+
+use crate::sink::Sink;
+use crate::{ExtractError, Extracted, Limits};
+
+/// An Office archive, and how many more bytes may be decompressed from it.
+struct Package<'a> {
+    format: &'static str,
+    zip: ZipArchive<Cursor<&'a [u8]>>,
+    budget: u64,
+}
+
+/// One XML part as text, and whether the decompression cap cut it.
+struct Part {
+    xml: String,
+    cut: bool,
+}
+
+impl<'a> Package<'a> {
+    fn open(format: &'static str, bytes: &'a [u8], limits: &Limits) -> Result<Self, ExtractError> {
+        let zip = ZipArchive::new(Cursor::new(bytes))
+            .map_err(|e| ExtractError::corrupt(format, format!("not a valid zip archive ({e})")))?;
+        if zip.len() > limits.max_zip_entries {
+            return Err(ExtractError::corrupt(
+                format,
+                format!(
+                    "the archive lists {} entries, over the limit of {}",
+                    zip.len(),
+                    limits.max_zip_entries
+                ),
+            ));
+        }
+        Ok(Self {
+            format,
+            zip,
+            budget: u64::try_from(limits.max_decompressed_bytes).unwrap_or(u64::MAX),
+        })
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.zip
+            .file_names()
+            .filter_map(|n| n.ok().map(std::borrow::Cow::into_owned))
+            .collect()
+    }
+
+    /// The part `name` (`None` if absent), decompressing at most the remaining budget.
+    fn part(&mut self, name: &str) -> Result<Option<Part>, ExtractError> {
+        let format = self.format;
+        let mut file = match self.zip.by_name(name) {
+            Ok(file) => file,
+            Err(zip::result::ZipError::FileNotFound) => return Ok(None),
+            Err(e) => return Err(ExtractError::corrupt(format, format!("{name}: {e}"))),
+        };
+        let mut data = Vec::new();
+        (&mut file)
+            .take(self.budget.saturating_add(1))
+            .read_to_end(&mut data)
+            .map_err(|e| ExtractError::corrupt(format, format!("{name}: {e}")))?;
+        let read = u64::try_from(data.len()).unwrap_or(u64::MAX);
+        let cut = read > self.budget;
+        if cut {
+            data.truncate(usize::try_from(self.budget).unwrap_or(usize::MAX));
+            self.budget = 0;
+        } else {
+            self.budget -= read;
+        }
+        Ok(Some(Part {
+            xml: String::from_utf8_lossy(&data).into_owned(),
+            cut,
+        }))
+    }
+
+    /// Like [`Self::part`], but a missing part is an error.
+    fn required(&mut self, name: &str) -> Result<Part, ExtractError> {
+        self.part(name)?
+            .ok_or_else(|| ExtractError::corrupt(self.format, format!("missing {name}")))
+    }
+}
+
+/// Local name (without prefix) of an element.
+fn local<'e>(e: &'e BytesStart<'_>) -> &'e str {
+    let name = e.name().0;
+    name.rsplit_once(':').map_or(name, |(_, l)| l)
+}
+
+fn local_end<'e>(name: &'e quick_xml::name::QName<'_>) -> &'e str {
+    name.0.rsplit_once(':').map_or(name.0, |(_, l)| l)
+}
+
+/// Value of attribute `key` (qualified name as written, e.g. `r:id`), unescaped.
+fn attr(e: &BytesStart<'_>, key: &str) -> Option<String> {
+    e.attributes()
+        .with_checks(false)
+        .flatten()
+        .find(|a| a.key.0 == key)
+        .map(|a| {
+            a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                .map_or_else(|_| a.value.to_string(), |v| v.into_owned())
+        })
+}
+
+/// The text an entity or character reference stands for.
+fn resolve_ref(r: &BytesRef<'_>) -> Option<String> {
+    if let Ok(Some(c)) = r.resolve_char_ref() {
+        return Some(c.to_string());
+    }
+    resolve_predefined_entity(&r.xml10_content()).map(str::to_owned)
+}
+
+/// Walks `part`'s XML, calling `on` for each event, until the end, `on` returns
+/// `false`, or the sink is done. A parse error is corruption, unless the part was cut
+/// by the decompression cap (then it is where the cut fell) or text was already read
+/// (then that text is kept, marked truncated).
+fn walk(
+    format: &'static str,
+    part: &Part,
+    sink: &mut Sink,
+    mut on: impl FnMut(&mut Sink, Event<'_>) -> bool,
+) -> Result<(), ExtractError> {
+    if part.cut {
+        sink.mark_incomplete();
+    }
+    let mut reader = Reader::from_str(&part.xml);
+    let mut events = 0u32;
+    loop {
+        events = events.wrapping_add(1);
+        // Checking the clock every 256 events keeps the deadline cheap.
+        if events.is_multiple_of(256) && sink.done() {
+            return Ok(());
+        }
+        match reader.read_event() {
+            Ok(Event::Eof) => return Ok(()),
+            Ok(event) => {
+                if !on(sink, event) {
+                    return Ok(());
+                }
+            }
+            Err(_) if part.cut || sink.has_text() => {
+                sink.mark_incomplete();
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(ExtractError::corrupt(
+                    format,
+                    format!("malformed XML at byte {} ({e})", reader.buffer_position()),
+                ));
+            }
+        }
+    }
+}
+
+/// Text runs (`<w:t>` / `<a:t>`) of a WordprocessingML or DrawingML part, a line per
+/// paragraph.
+fn paragraphs(format: &'static str, part: &Part, sink: &mut Sink) -> Result<(), ExtractError> {
+    let mut in_text = 0u32;
+    walk(format, part, sink, |sink, event| match event {
+        Event::Start(e) => {
+            if local(&e) == "t" {
+                in_text += 1;
+            }
+            true
+        }
+        Event::End(e) => match local_end(&e.name()) {
+            "t" => {
+                in_text = in_text.saturating_sub(1);
+                true
+            }
+            "p" => sink.newline(),
+            _ => true,
+        },
+        Event::Empty(e) => match local(&e) {
+            "tab" => sink.push("\t"),
+            "br" | "cr" => sink.push("\n"),
+            "p" => sink.newline(),
+            _ => true,
+        },
+        Event::Text(t) if in_text > 0 => sink.push(&t.xml10_content()),
+        Event::CData(t) if in_text > 0 => sink.push(&t.xml10_content()),
+        Event::GeneralRef(r) if in_text > 0 => resolve_ref(&r).is_none_or(|s| sink.push(&s)),
+        _ => true,
+    })
+}
+
+/// Text of a DOCX: the body (`word/document.xml`), a line per paragraph.
+pub(crate) fn docx(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+    let mut pkg = Package::open("DOCX", bytes, limits)?;
+    let mut sink = Sink::new(limits);
+    let part = pkg.required("word/document.xml")?;
+    paragraphs("DOCX", &part, &mut sink)?;
+    sink.finish()
+}
+
+/// Number `n` of an entry named `{prefix}{n}.xml`.
+fn numbered(name: &str, prefix: &str) -> Option<u32> {
+    name.strip_prefix(prefix)?
+        .strip_suffix(".xml")?
+        .parse()
+        .ok()
+}
+
+/// Text of a PPTX: each slide (`ppt/slides/slideN.xml`, in numeric order) under a
+/// `--- Slide N ---` header.
+pub(crate) fn pptx(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+    let mut pkg = Package::open("PPTX", bytes, limits)?;
+    let mut slides: Vec<(u32, String)> = pkg
+        .names()
+        .into_iter()
+        .filter_map(|n| numbered(&n, "ppt/slides/slide").map(|i| (i, n)))
+        .collect();
+    slides.sort();
+    let mut sink = Sink::new(limits);
+    for (i, name) in slides {
+        if sink.done() {
+            break;
+        }
+        let Some(part) = pkg.part(&name)? else {
+            continue;
+        };
+        if !sink.section(&format!("--- Slide {i} ---")) {
+            break;
+        }
+        paragraphs("PPTX", &part, &mut sink)?;
+        if part.cut {
+            break;
+        }
+    }
+    sink.finish()
+}
+
+/// The shared strings table (`xl/sharedStrings.xml`): each `<si>`'s text, without
+/// phonetic runs (`<rPh>`).
+fn shared_strings(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<String>, ExtractError> {
+    let Some(part) = pkg.part("xl/sharedStrings.xml")? else {
+        return Ok(Vec::new());
+    };
+    let mut strings = Vec::new();
+    let mut current = String::new();
+    let (mut in_t, mut in_rph) = (0u32, 0u32);
+    // The sink only bounds the time here: strings count as text when a cell shows them.
+    walk("XLSX", &part, sink, |_, event| {
+        match event {
+            Event::Start(e) => match local(&e) {
+                "t" => in_t += 1,
+                "rPh" => in_rph += 1,
+                "si" => current.clear(),
+                _ => {}
+            },
+            Event::End(e) => match local_end(&e.name()) {
+                "t" => in_t = in_t.saturating_sub(1),
+                "rPh" => in_rph = in_rph.saturating_sub(1),
+                "si" => strings.push(std::mem::take(&mut current)),
+                _ => {}
+            },
+            Event::Empty(e) if local(&e) == "si" => strings.push(String::new()),
+            Event::Text(t) if in_t > 0 && in_rph == 0 => current.push_str(&t.xml10_content()),
+            Event::CData(t) if in_t > 0 && in_rph == 0 => current.push_str(&t.xml10_content()),
+            Event::GeneralRef(r) if in_t > 0 && in_rph == 0 => {
+                if let Some(s) = resolve_ref(&r) {
+                    current.push_str(&s);
+                }
+            }
+            _ => {}
+        }
+        true
+    })?;
+    Ok(strings)
+}
+
+/// Sheets in workbook order: (name, part path). Falls back to
+/// `xl/worksheets/sheetN.xml` in numeric order when the workbook cannot be read.
+fn sheets(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<(String, String)>, ExtractError> {
+    let mut targets = HashMap::new();
+    if let Some(rels) = pkg.part("xl/_rels/workbook.xml.rels")? {
+        walk("XLSX", &rels, sink, |_, event| {
+            if let Event::Start(e) | Event::Empty(e) = event
+                && local(&e) == "Relationship"
+                && let (Some(id), Some(target)) = (attr(&e, "Id"), attr(&e, "Target"))
+            {
+                let path = match target.strip_prefix('/') {
+                    Some(absolute) => absolute.to_owned(),
+                    None => format!("xl/{target}"),
+                };
+                targets.insert(id, path);
+            }
+            true
+        })?;
+    }
+    let mut sheets = Vec::new();
+    if let Some(workbook) = pkg.part("xl/workbook.xml")? {
+        walk("XLSX", &workbook, sink, |_, event| {
+            if let Event::Start(e) | Event::Empty(e) = event
+                && local(&e) == "sheet"
+            {
+                let id = e
+                    .attributes()
+                    .with_checks(false)
+                    .flatten()
+                    .find(|a| a.key.0.ends_with(":id"))
+                    .map(|a| a.value.to_string());
+                if let Some(path) = id.and_then(|id| targets.get(&id)) {
+                    let name = attr(&e, "name").unwrap_or_default();
+                    sheets.push((name, path.clone()));
+                }
+            }
+            true
+        })?;
+    }
+    if sheets.is_empty() {
+        let mut numbered_sheets: Vec<(u32, String)> = pkg
+            .names()
+            .into_iter()
+            .filter_map(|n| numbered(&n, "xl/worksheets/sheet").map(|i| (i, n)))
+            .collect();
+        numbered_sheets.sort();
+        sheets = numbered_sheets
+            .into_iter()
+            .map(|(i, n)| (format!("Sheet{i}"), n))
+            .collect();
+    }
+    Ok(sheets)
+}
+
+/// Zero-based column of a cell reference such as `BC12`.
+fn column(reference: &str) -> Option<usize> {
+    let letters = reference
+        .bytes()
+        .take_while(u8::is_ascii_alphabetic)
+        .collect::<Vec<_>>();
+    if letters.is_empty() || letters.len() > 3 {
+        return None;
+    }
+    let n = letters.iter().fold(0usize, |n, b| {
+        n * 26 + usize::from(b.to_ascii_uppercase() - b'A') + 1
+    });
+    Some(n - 1)
+}
+
+/// A CSV field: quoted when it holds a comma, quote or line break.
+fn csv_field(value: &str, out: &mut String) {
+    if value.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&value.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(value);
+    }
+}
+
+/// One worksheet's rows as CSV lines (empty rows skipped; gaps between cells kept).
+fn sheet_rows(part: &Part, shared: &[String], sink: &mut Sink) -> Result<(), ExtractError> {
+    let mut line = String::new();
+    let mut col = 0usize;
+    let mut row_has_value = false;
+    let mut cell_type = String::new();
+    let mut cell_col: Option<usize> = None;
+    let mut value = String::new();
+    let (mut in_v, mut in_t, mut in_cell) = (false, false, false);
+    walk("XLSX", part, sink, |sink, event| {
+        match event {
+            Event::Start(e) => match local(&e) {
+                "row" => {
+                    line.clear();
+                    col = 0;
+                    row_has_value = false;
+                }
+                "c" => {
+                    in_cell = true;
+                    cell_type = attr(&e, "t").unwrap_or_default();
+                    cell_col = attr(&e, "r").as_deref().and_then(column);
+                    value.clear();
+                }
+                "v" => in_v = in_cell,
+                "t" => in_t = in_cell,
+                _ => {}
+            },
+            Event::End(e) => match local_end(&e.name()) {
+                "v" => in_v = false,
+                "t" => in_t = false,
+                "c" => {
+                    in_cell = false;
+                    let shown = match cell_type.as_str() {
+                        "s" => value
+                            .trim()
+                            .parse::<usize>()
+                            .ok()
+                            .and_then(|i| shared.get(i))
+                            .map_or("", String::as_str),
+                        "b" if value.trim() == "1" => "TRUE",
+                        "b" if value.trim() == "0" => "FALSE",
+                        _ => value.as_str(),
+                    };
+                    if !shown.is_empty() {
+                        let at = cell_col.unwrap_or(col).max(col);
+                        // Pad skipped columns, but never by more than the text room left.
+                        // One comma per skipped column, plus the separator after the
+                        // previous cell (capped so a stray far-right cell cannot fill
+                        // the text with commas).
+                        let gap = at.saturating_sub(col).min(MAX_COLUMN_GAP);
+                        for _ in 0..gap + usize::from(col > 0) {
+                            line.push(',');
+                        }
+                        csv_field(shown, &mut line);
+                        col = at + 1;
+                        row_has_value = true;
+                    }
+                }
+                "row" if row_has_value => {
+                    line.push('\n');
+                    return sink.push(&line);
+                }
+                _ => {}
+            },
+            Event::Text(t) if in_v || in_t => value.push_str(&t.xml10_content()),
+            Event::CData(t) if in_v || in_t => value.push_str(&t.xml10_content()),
+            Event::GeneralRef(r) if in_v || in_t => {
+                if let Some(s) = resolve_ref(&r) {
+                    value.push_str(&s);
+                }
+            }
+            _ => {}
+        }
+        true
+    })
+}
+
+/// Most empty columns padded before one cell.
+const MAX_COLUMN_GAP: usize = 1_000;
+
+/// Text of an XLSX: each sheet, in workbook order, under a `--- Sheet: name ---`
+/// header, its rows as CSV lines (cached values; dates appear as serial numbers).
+pub(crate) fn xlsx(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
+    let mut pkg = Package::open("XLSX", bytes, limits)?;
+    let mut sink = Sink::new(limits);
+    let shared = shared_strings(&mut pkg, &mut sink)?;
+    let sheets = sheets(&mut pkg, &mut sink)?;
+    for (name, path) in sheets {
+        if sink.done() {
+            break;
+        }
+        let Some(part) = pkg.part(&path)? else {
+            continue;
+        };
+        if !sink.section(&format!("--- Sheet: {name} ---")) {
+            break;
+        }
+        sheet_rows(&part, &shared, &mut sink)?;
+        if part.cut {
+            break;
+        }
+    }
+    sink.finish()
+}

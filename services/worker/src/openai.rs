@@ -1,0 +1,828 @@
+//! An agent backed by an OpenAI-compatible chat-completions API (`POST {base}/chat/completions`
+//! with `stream: true`).
+//!
+//! [`build_request`] maps the run to the request body, [`SseParser`] splits the streamed body
+//! into events and [`StreamDecoder`] maps their chunks to AG-UI events; [`OpenAiAgent`] only
+//! sends the request and forwards the events to the run's sink. A tool call ends the agent's
+//! turn: the client runs its tool and sends the result in its next run.
+
+mod decoder;
+mod sse;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, Stream, StreamExt as _};
+use platform::config::{ConfigError, Env};
+use protocol::agui::Event;
+use protocol::run_input::{ContentBlock, Message, UserContent};
+use secrecy::{ExposeSecret as _, SecretString};
+use serde_json::{Map, Value, json};
+
+pub use self::decoder::StreamDecoder;
+pub use self::sse::{MAX_LINE_BYTES, SseParser};
+use crate::agent::{Agent, ModelInput};
+use crate::sink::EventSink;
+
+/// Default of `SB_OPENAI_TIMEOUT_SECS`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest part of an error answer's body kept in the error.
+const MAX_ERROR_BODY_CHARS: usize = 500;
+
+/// Settings of the OpenAI-compatible backend.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// API base, up to and without `/chat/completions`, e.g. `https://api.openai.com/v1`
+    /// (`SB_OPENAI_BASE_URL`).
+    pub base_url: String,
+    /// Model name sent in every request (`SB_OPENAI_MODEL`).
+    pub model: String,
+    /// Bearer token (`SB_OPENAI_API_KEY`).
+    pub api_key: SecretString,
+    /// Longest wait for the connection, for the response headers and between two reads of the
+    /// stream (`SB_OPENAI_TIMEOUT_SECS`, default 120). A long answer that keeps streaming is
+    /// never cut.
+    pub request_timeout: Duration,
+}
+
+impl OpenAiConfig {
+    /// Reads the settings; `None` when `SB_OPENAI_BASE_URL` is not set (the backend is off).
+    pub fn from_env(env: &Env) -> Result<Option<Self>, ConfigError> {
+        let Some(base_url) = env.optional::<String>("SB_OPENAI_BASE_URL")? else {
+            return Ok(None);
+        };
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        check_base_url(&base_url).map_err(|reason| ConfigError::Invalid {
+            name: "SB_OPENAI_BASE_URL".to_owned(),
+            reason,
+        })?;
+        let seconds: u64 = env.or("SB_OPENAI_TIMEOUT_SECS", DEFAULT_TIMEOUT.as_secs())?;
+        if seconds == 0 {
+            return Err(ConfigError::Invalid {
+                name: "SB_OPENAI_TIMEOUT_SECS".to_owned(),
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        Ok(Some(Self {
+            base_url,
+            model: env.required("SB_OPENAI_MODEL")?,
+            api_key: env.secret("SB_OPENAI_API_KEY")?,
+            request_timeout: Duration::from_secs(seconds),
+        }))
+    }
+}
+
+fn check_base_url(base_url: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(base_url).map_err(|err| err.to_string())?;
+    match url.scheme() {
+        "http" | "https" => Ok(()),
+        other => Err(format!("scheme {other:?} is not http or https")),
+    }
+}
+
+/// The chat-completions agent. One HTTP client (and connection pool) for every run.
+#[derive(Debug)]
+pub struct OpenAiAgent {
+    client: reqwest::Client,
+    url: String,
+    config: OpenAiConfig,
+}
+
+impl OpenAiAgent {
+    /// The agent for `config`; fails on an unusable base URL or TLS setup.
+    pub fn new(config: OpenAiConfig) -> anyhow::Result<Self> {
+        let base_url = config.base_url.trim_end_matches('/');
+        check_base_url(base_url)
+            .map_err(|reason| anyhow::anyhow!("invalid model API base URL: {reason}"))?;
+        let url = format!("{base_url}/chat/completions");
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.request_timeout)
+            .read_timeout(config.request_timeout)
+            .build()
+            .context("building the model API client failed")?;
+        Ok(Self {
+            client,
+            url,
+            config,
+        })
+    }
+
+    /// The settings the agent was built with.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// Sends `body` and returns the answer's events as they stream in. Message ids start with
+    /// `message_prefix`. A non-2xx answer is an error naming the status, with the start of the
+    /// body; errors in the stream end it with an `Err` after the events decoded before them.
+    pub async fn stream_events(
+        &self,
+        message_prefix: &str,
+        body: &Value,
+    ) -> anyhow::Result<BoxStream<'static, anyhow::Result<Event>>> {
+        let request = self
+            .client
+            .post(&self.url)
+            .bearer_auth(self.config.api_key.expose_secret())
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(body)
+            .send();
+        let response = tokio::time::timeout(self.config.request_timeout, request)
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "model API did not answer within {:?}",
+                    self.config.request_timeout
+                )
+            })?
+            .context("model API request failed")?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = error_body(response).await;
+            anyhow::bail!("model API answered {status}: {body}");
+        }
+        Ok(decode_sse_stream(response.bytes_stream(), message_prefix))
+    }
+}
+
+impl Agent for OpenAiAgent {
+    fn run<'a>(
+        &'a self,
+        input: &'a ModelInput<'a>,
+        sink: &'a mut EventSink,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            // Content parts for the last user message (extracted attachment text, image data
+            // URLs): none yet, `ModelInput` does not carry them.
+            let extra_user_parts: &[Value] = &[];
+            let body = build_request(input, &self.config.model, extra_user_parts);
+            let prefix = input.task.task_id.to_string();
+            tracing::debug!(model = %self.config.model, "calling the model API");
+            let mut events = until_cancelled(sink, self.stream_events(&prefix, &body)).await??;
+            while let Some(event) = until_cancelled(sink, events.next()).await? {
+                sink.emit(event?).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Awaits `future` unless the run is cancelled first (dropping the request, which closes the
+/// connection to the model).
+async fn until_cancelled<F: Future>(sink: &EventSink, future: F) -> anyhow::Result<F::Output> {
+    let mut future = std::pin::pin!(future);
+    loop {
+        tokio::select! {
+            output = &mut future => return Ok(output),
+            paused = sink.pause(Duration::from_secs(3600)) => paused?,
+        }
+    }
+}
+
+/// At most 4 KiB of an error answer's body, cut to 500 characters.
+async fn error_body(response: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    let mut body = response.bytes_stream();
+    while let Some(Ok(chunk)) = body.next().await {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() >= 4096 {
+            break;
+        }
+    }
+    decoder::truncate(String::from_utf8_lossy(&bytes).trim(), MAX_ERROR_BODY_CHARS)
+}
+
+/// Decodes a `text/event-stream` body of chat-completion chunks into AG-UI events. The stream
+/// ends after `[DONE]`, or with an `Err` (after the events decoded before it) when the body
+/// fails, is malformed, carries an error object or ends before the answer is complete.
+pub fn decode_sse_stream<S, B, E>(
+    body: S,
+    message_prefix: &str,
+) -> BoxStream<'static, anyhow::Result<Event>>
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let state = EventStream {
+        body: Box::pin(body),
+        parser: SseParser::new(),
+        decoder: StreamDecoder::new(message_prefix),
+        pending: VecDeque::new(),
+        error: None,
+        ended: false,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        state.next_event().await.map(|item| (item, state))
+    })
+    .boxed()
+}
+
+struct EventStream<S> {
+    body: std::pin::Pin<Box<S>>,
+    parser: SseParser,
+    decoder: StreamDecoder,
+    pending: VecDeque<Event>,
+    error: Option<anyhow::Error>,
+    ended: bool,
+}
+
+impl<S, B, E> EventStream<S>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    async fn next_event(&mut self) -> Option<anyhow::Result<Event>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(Ok(event));
+            }
+            if let Some(error) = self.error.take() {
+                return Some(Err(error));
+            }
+            if self.ended {
+                return None;
+            }
+            if let Err(error) = self.advance().await {
+                self.ended = true;
+                self.error = Some(error);
+            }
+        }
+    }
+
+    /// Reads the next piece of the body and queues its events.
+    async fn advance(&mut self) -> anyhow::Result<()> {
+        match self.body.next().await {
+            Some(chunk) => {
+                let chunk = chunk.context("reading the model's stream failed")?;
+                for data in self.parser.push(chunk.as_ref())? {
+                    if self.data(&data)? {
+                        return self.end();
+                    }
+                }
+                Ok(())
+            }
+            None => {
+                if let Some(data) = self.parser.finish()?
+                    && self.data(&data)?
+                {
+                    return self.end();
+                }
+                self.end()
+            }
+        }
+    }
+
+    /// One event's data; true at `[DONE]`.
+    fn data(&mut self, data: &str) -> anyhow::Result<bool> {
+        if data.trim() == "[DONE]" {
+            self.decoder.mark_done();
+            return Ok(true);
+        }
+        let chunk: Value = serde_json::from_str(data).with_context(|| {
+            format!(
+                "malformed chunk in the model's stream: {}",
+                decoder::truncate(data, 200)
+            )
+        })?;
+        self.pending.extend(self.decoder.push(&chunk)?);
+        Ok(false)
+    }
+
+    fn end(&mut self) -> anyhow::Result<()> {
+        self.ended = true;
+        self.pending.extend(self.decoder.finish()?);
+        if let Some(reason) = self.decoder.finish_reason()
+            && reason != "stop"
+            && reason != "tool_calls"
+        {
+            tracing::warn!(finish_reason = reason, "the model's answer ended early");
+        }
+        Ok(())
+    }
+}
+
+/// The chat-completions request body of a run: the system prompt (when not empty), then every
+/// message of the run in OpenAI's format, then the run's tools (when it has some).
+/// `extra_user_parts` (content parts such as `{"type":"text","text":...}` or
+/// `{"type":"image_url",...}`) are appended to the last user message.
+///
+/// Attachments at `s3://` URLs are skipped: the model cannot fetch them. Developer messages are
+/// sent as `system` messages, which every compatible server accepts; reasoning and activity
+/// messages are not sent.
+pub fn build_request(input: &ModelInput<'_>, model: &str, extra_user_parts: &[Value]) -> Value {
+    let run = &input.task.input;
+    let mut messages = Vec::with_capacity(run.messages.len() + 2);
+    if !input.system_prompt.is_empty() {
+        messages.push(json!({"role": "system", "content": input.system_prompt}));
+    }
+    let last_user = run
+        .messages
+        .iter()
+        .rposition(|message| matches!(message, Message::User(_)));
+    for (index, message) in run.messages.iter().enumerate() {
+        let extra = if Some(index) == last_user {
+            extra_user_parts
+        } else {
+            &[]
+        };
+        if let Some(message) = map_message(message, extra) {
+            messages.push(message);
+        }
+    }
+    if last_user.is_none() && !extra_user_parts.is_empty() {
+        messages.push(json!({"role": "user", "content": extra_user_parts}));
+    }
+    let mut body = Map::new();
+    body.insert("model".to_owned(), json!(model));
+    body.insert("stream".to_owned(), json!(true));
+    body.insert("messages".to_owned(), Value::Array(messages));
+    let tools = run.tools.as_deref().unwrap_or_default();
+    if !tools.is_empty() {
+        let tools = tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    }
+                })
+            })
+            .collect();
+        body.insert("tools".to_owned(), Value::Array(tools));
+    }
+    body.insert("stream_options".to_owned(), json!({"include_usage": false}));
+    Value::Object(body)
+}
+
+fn map_message(message: &Message, extra_parts: &[Value]) -> Option<Value> {
+    let mut out = Map::new();
+    let name = match message {
+        Message::User(user) => {
+            out.insert("role".to_owned(), json!("user"));
+            out.insert(
+                "content".to_owned(),
+                user_content(&user.content, extra_parts),
+            );
+            user.name.as_deref()
+        }
+        Message::Assistant(assistant) => {
+            out.insert("role".to_owned(), json!("assistant"));
+            let calls: Vec<Value> = assistant
+                .tool_calls
+                .iter()
+                .flatten()
+                .map(|call| {
+                    json!({
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.function.name,
+                            "arguments": call.function.arguments,
+                        }
+                    })
+                })
+                .collect();
+            let content = match &assistant.content {
+                Some(text) => json!(text),
+                None if calls.is_empty() => json!(""),
+                None => Value::Null,
+            };
+            out.insert("content".to_owned(), content);
+            if !calls.is_empty() {
+                out.insert("tool_calls".to_owned(), Value::Array(calls));
+            }
+            assistant.name.as_deref()
+        }
+        Message::Tool(tool) => {
+            out.insert("role".to_owned(), json!("tool"));
+            out.insert("tool_call_id".to_owned(), json!(tool.tool_call_id));
+            let content = match &tool.error {
+                Some(error) if tool.content.is_empty() => format!("Error: {error}"),
+                _ => tool.content.clone(),
+            };
+            out.insert("content".to_owned(), json!(content));
+            None
+        }
+        Message::System(text) | Message::Developer(text) => {
+            out.insert("role".to_owned(), json!("system"));
+            out.insert("content".to_owned(), json!(text.content));
+            text.name.as_deref()
+        }
+        Message::Reasoning(_) | Message::Activity(_) => return None,
+    };
+    if let Some(name) = name {
+        out.insert("name".to_owned(), json!(name));
+    }
+    Some(Value::Object(out))
+}
+
+/// A user message's content: its text as is, or content parts when it has blocks or
+/// `extra_parts`.
+fn user_content(content: &UserContent, extra_parts: &[Value]) -> Value {
+    let mut parts: Vec<Value> = match content {
+        UserContent::Text(text) if extra_parts.is_empty() => return json!(text),
+        UserContent::Text(text) if text.is_empty() => Vec::new(),
+        UserContent::Text(text) => vec![json!({"type": "text", "text": text})],
+        UserContent::Blocks(blocks) => blocks.iter().filter_map(block_part).collect(),
+    };
+    parts.extend(extra_parts.iter().cloned());
+    if parts.is_empty() {
+        json!("")
+    } else {
+        Value::Array(parts)
+    }
+}
+
+/// The content part of one block; `None` for what the model cannot use (documents, `s3://`).
+fn block_part(block: &ContentBlock) -> Option<Value> {
+    let image_url = match block {
+        ContentBlock::Text(text) => return Some(json!({"type": "text", "text": text.text})),
+        ContentBlock::Binary(binary) => {
+            if !binary.mime_type.starts_with("image/") {
+                return None;
+            }
+            match (&binary.url, &binary.data) {
+                (Some(url), _) if fetchable(url) => url.clone(),
+                (_, Some(data)) => format!("data:{};base64,{data}", binary.mime_type),
+                _ => return None,
+            }
+        }
+        ContentBlock::Image(part) => {
+            let source = &part.source;
+            let value = source.get("value").and_then(Value::as_str)?;
+            match source.get("type").and_then(Value::as_str) {
+                Some("url") if fetchable(value) => value.to_owned(),
+                Some("data" | "base64") => {
+                    let mime = source
+                        .get("mimeType")
+                        .and_then(Value::as_str)
+                        .unwrap_or("image/png");
+                    format!("data:{mime};base64,{value}")
+                }
+                _ => return None,
+            }
+        }
+        ContentBlock::Document(_) => return None,
+    };
+    Some(json!({"type": "image_url", "image_url": {"url": image_url}}))
+}
+
+/// Whether the model can read `url` itself (not `s3://` and the like).
+fn fetchable(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("https://") || lower.starts_with("http://") || lower.starts_with("data:")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::post;
+    use futures::TryStreamExt as _;
+    use protocol::messaging::RunTaskV1;
+
+    use super::*;
+
+    fn task(messages: Value, tools: Option<Value>) -> RunTaskV1 {
+        let mut input = json!({"threadId": "th", "runId": "r1", "messages": messages});
+        if let Some(tools) = tools {
+            input["tools"] = tools;
+        }
+        serde_json::from_value(json!({
+            "task_id": "0190c3a0-0000-7000-8000-000000000001",
+            "owner": "user-1",
+            "accepted_at": "2025-01-01T00:00:00Z",
+            "input": input,
+        }))
+        .unwrap()
+    }
+
+    fn weather_tool() -> Value {
+        json!([{
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}
+        }])
+    }
+
+    fn config(base_url: &str) -> OpenAiConfig {
+        OpenAiConfig {
+            base_url: base_url.to_owned(),
+            model: "gpt-test".to_owned(),
+            api_key: SecretString::from("sk-test"),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn the_system_prompt_comes_first_and_tools_are_functions() {
+        let task = task(
+            json!([{"role": "user", "id": "u1", "content": "Weather in Paris?"}]),
+            Some(weather_tool()),
+        );
+        let input = ModelInput::new(&task);
+        assert!(!input.system_prompt.is_empty());
+        let body = build_request(&input, "gpt-test", &[]);
+        assert_eq!(body["model"], "gpt-test");
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": false}));
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": input.system_prompt},
+                {"role": "user", "content": "Weather in Paris?"},
+            ])
+        );
+        assert_eq!(
+            body["tools"],
+            json!([{
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Weather of a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}
+                }
+            }])
+        );
+    }
+
+    #[test]
+    fn without_tools_there_is_no_system_message_and_no_tools_field() {
+        let task = task(json!([{"role": "user", "id": "u1", "content": "Hi"}]), None);
+        let body = build_request(&ModelInput::new(&task), "m", &[]);
+        assert_eq!(body["messages"], json!([{"role": "user", "content": "Hi"}]));
+        assert!(body.get("tools").is_none());
+    }
+
+    #[test]
+    fn image_urls_become_image_parts_and_s3_urls_are_skipped() {
+        let task = task(
+            json!([{"role": "user", "id": "u1", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "binary", "mimeType": "image/png", "url": "https://cdn.example/a.png"},
+                {"type": "binary", "mimeType": "image/png", "url": "s3://bucket/files/b.png"},
+                {"type": "image", "source": {"type": "url", "value": "S3://bucket/c.png"}},
+                {"type": "image", "source": {"type": "data", "value": "AAAA", "mimeType": "image/jpeg"}},
+            ]}]),
+            None,
+        );
+        let body = build_request(&ModelInput::new(&task), "m", &[]);
+        assert_eq!(
+            body["messages"][0]["content"],
+            json!([
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "https://cdn.example/a.png"}},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
+            ])
+        );
+    }
+
+    #[test]
+    fn extra_parts_go_to_the_last_user_message_and_history_is_mapped() {
+        let task = task(
+            json!([
+                {"role": "developer", "id": "d1", "content": "Be brief."},
+                {"role": "user", "id": "u1", "content": "Weather?"},
+                {"role": "assistant", "id": "a1", "toolCalls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}
+                }]},
+                {"role": "tool", "id": "t1", "toolCallId": "call_1", "content": "18C"},
+                {"role": "assistant", "id": "a2", "content": "It is 18C."},
+                {"role": "user", "id": "u2", "content": "And this file?"},
+            ]),
+            None,
+        );
+        let extra = [json!({"type": "text", "text": "file.txt: hello"})];
+        let body = build_request(&ModelInput::new(&task), "m", &extra);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": null, "tool_calls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}
+                }]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+                {"role": "assistant", "content": "It is 18C."},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "And this file?"},
+                    {"type": "text", "text": "file.txt: hello"},
+                ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn config_is_off_without_a_base_url_and_names_what_is_missing() {
+        assert!(
+            OpenAiConfig::from_env(&Env::from_pairs([("X", "1")]))
+                .unwrap()
+                .is_none()
+        );
+        let err = OpenAiConfig::from_env(&Env::from_pairs([(
+            "SB_OPENAI_BASE_URL",
+            "https://api.openai.com/v1",
+        )]))
+        .err()
+        .map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("SB_OPENAI_MODEL")));
+        let err = OpenAiConfig::from_env(&Env::from_pairs([
+            ("SB_OPENAI_BASE_URL", "https://api.openai.com/v1"),
+            ("SB_OPENAI_MODEL", "gpt-4o-mini"),
+        ]))
+        .err()
+        .map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("SB_OPENAI_API_KEY")));
+        let err = OpenAiConfig::from_env(&Env::from_pairs([("SB_OPENAI_BASE_URL", "ftp://x")]))
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("SB_OPENAI_BASE_URL")));
+        let config = OpenAiConfig::from_env(&Env::from_pairs([
+            ("SB_OPENAI_BASE_URL", "https://api.openai.com/v1/"),
+            ("SB_OPENAI_MODEL", "gpt-4o-mini"),
+            ("SB_OPENAI_API_KEY", "sk-1"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.base_url, "https://api.openai.com/v1");
+        assert_eq!(config.model, "gpt-4o-mini");
+        assert_eq!(config.api_key.expose_secret(), "sk-1");
+        assert_eq!(config.request_timeout, DEFAULT_TIMEOUT);
+    }
+
+    /// What the fake server saw: the Authorization header and the body.
+    type Seen = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+
+    const SSE: &str = concat!(
+        ": keep-alive\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Voilà \"}}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"☀️ Paris\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"city\\\":\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"Paris\\\"}\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: String) -> Response {
+        let auth = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let model = body["model"].as_str().unwrap_or_default().to_owned();
+        seen.lock().unwrap().push((auth, body));
+        if model == "refused" {
+            return (StatusCode::UNAUTHORIZED, "no ".repeat(1000)).into_response();
+        }
+        // Awkward pieces: 7 bytes, splitting lines, `\r\n` pairs and multi-byte characters.
+        let pieces: Vec<Result<Vec<u8>, Infallible>> =
+            SSE.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
+        let stream = futures::stream::iter(pieces).then(|piece| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            piece
+        });
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap()
+    }
+
+    async fn fake_server() -> (String, Seen) {
+        let seen = Seen::default();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}/v1/"), seen)
+    }
+
+    #[tokio::test]
+    async fn streams_and_decodes_a_chat_completion_from_a_server() {
+        let (base_url, seen) = fake_server().await;
+        let agent = OpenAiAgent::new(config(&base_url)).unwrap();
+        let task = task(
+            json!([{"role": "user", "id": "u1", "content": "Weather in Paris?"}]),
+            Some(weather_tool()),
+        );
+        let body = build_request(&ModelInput::new(&task), "gpt-test", &[]);
+        let events: Vec<Event> = agent
+            .stream_events("t1", &body)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            events,
+            vec![
+                Event::TextMessageStart {
+                    message_id: "t1-msg-1".to_owned(),
+                    role: "assistant".to_owned()
+                },
+                Event::TextMessageContent {
+                    message_id: "t1-msg-1".to_owned(),
+                    delta: "Voilà ".to_owned()
+                },
+                Event::TextMessageContent {
+                    message_id: "t1-msg-1".to_owned(),
+                    delta: "☀️ Paris".to_owned()
+                },
+                Event::TextMessageEnd {
+                    message_id: "t1-msg-1".to_owned()
+                },
+                Event::ToolCallStart {
+                    tool_call_id: "call_1".to_owned(),
+                    tool_call_name: "get_weather".to_owned(),
+                    parent_message_id: Some("t1-msg-1".to_owned()),
+                },
+                Event::ToolCallArgs {
+                    tool_call_id: "call_1".to_owned(),
+                    delta: "{\"city\":".to_owned()
+                },
+                Event::ToolCallArgs {
+                    tool_call_id: "call_1".to_owned(),
+                    delta: "\"Paris\"}".to_owned()
+                },
+                Event::ToolCallEnd {
+                    tool_call_id: "call_1".to_owned()
+                },
+            ]
+        );
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].0.as_deref(), Some("Bearer sk-test"));
+        assert_eq!(seen[0].1, body);
+        assert_eq!(seen[0].1["tools"][0]["function"]["name"], "get_weather");
+    }
+
+    #[tokio::test]
+    async fn a_non_2xx_answer_is_an_error_naming_the_status() {
+        let (base_url, seen) = fake_server().await;
+        let agent = OpenAiAgent::new(config(&base_url)).unwrap();
+        let body = json!({"model": "refused", "stream": true, "messages": []});
+        let err = match agent.stream_events("t1", &body).await {
+            Ok(_) => panic!("a 401 must fail"),
+            Err(err) => err.to_string(),
+        };
+        assert!(err.contains("401"), "{err}");
+        assert!(err.contains("no no"), "{err}");
+        assert!(
+            err.chars().count() < 600,
+            "body not truncated: {}",
+            err.len()
+        );
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_off_yields_its_events_then_an_error() {
+        let pieces: Vec<Result<&'static [u8], std::io::Error>> = vec![
+            Ok(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\nda"),
+            Ok(b"ta: {\"choices\":[{\"delta\":{\"content\":\"!\"}}]}\n\n"),
+        ];
+        let items: Vec<anyhow::Result<Event>> =
+            decode_sse_stream(futures::stream::iter(pieces), "t")
+                .collect()
+                .await;
+        assert_eq!(items.len(), 4);
+        assert!(items[..3].iter().all(Result::is_ok));
+        let err = items[3].as_ref().err().map(ToString::to_string);
+        assert!(err.is_some_and(|e| e.contains("ended before")));
+    }
+
+    #[tokio::test]
+    async fn a_malformed_chunk_is_an_error() {
+        let pieces: Vec<Result<&'static [u8], std::io::Error>> =
+            vec![Ok(b"data: {not json\n\ndata: [DONE]\n\n")];
+        let items: Vec<anyhow::Result<Event>> =
+            decode_sse_stream(futures::stream::iter(pieces), "t")
+                .collect()
+                .await;
+        assert_eq!(items.len(), 1);
+        assert!(
+            items[0]
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("malformed"))
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! AG-UI's own client, `HttpAgent` from npm `@ag-ui/client`, unchanged, against the running
+//! services: a two-turn conversation on the AG-UI route, the events it reports, and what the
+//! server kept. Needs `node` and `tests/agui/node_modules` (`scripts/test.sh` installs both).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_system_tests::TestPlatform;
+
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+#[tokio::test]
+async fn agui_http_agent_runs_a_two_turn_conversation_and_the_server_keeps_it_once() {
+    let root = workspace_root();
+    assert!(
+        root.join("tests/agui/node_modules/@ag-ui/client").exists(),
+        "tests/agui/node_modules is missing: run scripts/test.sh (or npm ci in tests/agui)"
+    );
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let thread = format!("agui-{}", uuid::Uuid::new_v4());
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("node")
+            .arg("tests/agui/driver.mjs")
+            .env(
+                "SB_AGUI_URL",
+                format!("{}/api/v1/agent/ag-ui", platform.urls.runs),
+            )
+            .env("SB_TOKEN", &alice)
+            .env("SB_THREAD_ID", &thread)
+            .env("SB_TURNS", r#"["hello agent", "and again"]"#)
+            .current_dir(&root)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the driver finished in time")
+    .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "HttpAgent failed: {stderr}\n{stdout}"
+    );
+    let report: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("the driver printed no JSON ({e}): {stdout}\n{stderr}"));
+
+    for (turn, text) in report["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["hello agent", "and again"])
+    {
+        let kinds: Vec<&str> = turn["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds.first(), Some(&"RUN_STARTED"), "{kinds:?}");
+        assert_eq!(kinds.last(), Some(&"RUN_FINISHED"), "{kinds:?}");
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "TEXT_MESSAGE_START").count(),
+            1,
+            "{kinds:?}"
+        );
+        // The client assembled the streamed reply into one new assistant message.
+        let new = turn["newMessages"].as_array().unwrap();
+        assert_eq!(new.len(), 1, "{new:?}");
+        assert_eq!(new[0]["role"], "assistant");
+        assert_eq!(new[0]["content"], format!("You said: {text}"));
+    }
+    let messages: Vec<(&str, &str)> = report["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            ("user", "hello agent"),
+            ("assistant", "You said: hello agent"),
+            ("user", "and again"),
+            ("assistant", "You said: and again"),
+        ]
+    );
+    // The server kept the conversation once, though the client resent the first turn.
+    let history = platform
+        .api()
+        .wait_for_history(&alice, &thread, |h| {
+            h["messages"]
+                .as_array()
+                .is_some_and(|m| m.len() >= 4 && m[3]["content"] == "You said: and again")
+        })
+        .await
+        .unwrap();
+    let kept: Vec<(&str, &str)> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kept, messages);
+}
