@@ -530,16 +530,20 @@ pub(crate) async fn latest_day_before(
     before: Option<NaiveDate>,
     tz: &str,
 ) -> sqlx::Result<Option<NaiveDate>> {
-    sqlx::query_scalar(
-        "SELECT (max(created_at) AT TIME ZONE $4)::date FROM messages
+    // One index entry, read backwards from the bound: the bound is part of the index
+    // condition (an `IS NULL OR` would only be a filter over every newer message).
+    sqlx::query_scalar::<_, NaiveDate>(
+        "SELECT (created_at AT TIME ZONE $4)::date FROM messages
          WHERE owner = $1 AND thread_id = $2
-           AND ($3::date IS NULL OR created_at < ($3::date::timestamp AT TIME ZONE $4))",
+           AND created_at < COALESCE($3::date::timestamp AT TIME ZONE $4, 'infinity')
+         ORDER BY created_at DESC
+         LIMIT 1",
     )
     .bind(owner)
     .bind(thread_id)
     .bind(before)
     .bind(tz)
-    .fetch_one(pool)
+    .fetch_optional(pool)
     .await
 }
 
