@@ -96,6 +96,18 @@ impl TestPlatform {
 
     /// Like [`TestPlatform::spawn`], with other settings.
     pub async fn spawn_with(options: Options) -> anyhow::Result<Self> {
+        // Spans and trace ids as in the binaries (the WebSocket's trace message carries one).
+        static TELEMETRY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        TELEMETRY.get_or_init(|| {
+            let config = platform::telemetry::TelemetryConfig {
+                service: "system-tests",
+                log_format: platform::telemetry::LogFormat::Pretty,
+                otlp_endpoint: None,
+            };
+            if let Ok(guard) = platform::telemetry::init(&config) {
+                std::mem::forget(guard);
+            }
+        });
         let infra = Infra::from_env();
         let nats = infra.fresh_nats();
         let history_db = infra.fresh_database().await?;
@@ -314,6 +326,81 @@ pub async fn read_sse(
             Ok(None) => return Ok(frames),
             Ok(Some(chunk)) => buffer.push_str(std::str::from_utf8(&chunk?)?),
         }
+    }
+}
+
+/// A WebSocket client of the runs service's `/websocket`.
+pub struct WsClient {
+    socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl WsClient {
+    /// Connects to `runs_url` (`http://...`) with `Authorization: Bearer <token>` and the
+    /// query `query` (e.g. `?last_message_id=...`).
+    pub async fn connect(runs_url: &str, token: &str, query: &str) -> anyhow::Result<Self> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let url = format!("{}/websocket{query}", runs_url.replacen("http", "ws", 1));
+        let mut request = url.into_client_request()?;
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse()?);
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        Ok(Self { socket })
+    }
+
+    /// Sends one JSON message.
+    pub async fn send(&mut self, message: &Value) -> anyhow::Result<()> {
+        use futures::SinkExt as _;
+        self.socket
+            .send(tokio_tungstenite::tungstenite::Message::text(
+                message.to_string(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    /// Sends a raw text frame.
+    pub async fn send_text(&mut self, text: &str) -> anyhow::Result<()> {
+        use futures::SinkExt as _;
+        self.socket
+            .send(tokio_tungstenite::tungstenite::Message::text(text))
+            .await?;
+        Ok(())
+    }
+
+    /// The next JSON message from the server, or fails after [`EVENTUAL`].
+    pub async fn next(&mut self) -> anyhow::Result<Value> {
+        use futures::StreamExt as _;
+        loop {
+            let frame = tokio::time::timeout(EVENTUAL, self.socket.next())
+                .await
+                .context("no message from the server in time")?
+                .context("the server closed the connection")??;
+            if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
+                return Ok(serde_json::from_str(text.as_str())?);
+            }
+        }
+    }
+
+    /// Messages up to and including the first for which `last` holds.
+    pub async fn until(&mut self, last: impl Fn(&Value) -> bool) -> anyhow::Result<Vec<Value>> {
+        let mut got = Vec::new();
+        loop {
+            let message = self.next().await?;
+            let done = last(&message);
+            got.push(message);
+            if done {
+                return Ok(got);
+            }
+        }
+    }
+
+    /// Closes the connection.
+    pub async fn close(mut self) -> anyhow::Result<()> {
+        self.socket.close(None).await?;
+        Ok(())
     }
 }
 

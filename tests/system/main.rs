@@ -12,3 +12,4 @@ mod server_upload;
 mod streams;
 mod threads;
 mod uploads;
+mod websocket;

@@ -117,6 +117,10 @@ pub struct RunBuckets {
     pub run_status: JsonKv,
     /// Per-thread locks held by running tasks.
     pub thread_locks: JsonKv,
+    /// Human-in-the-loop prompts (`prompt.<digest>`).
+    pub prompts: JsonKv,
+    /// Deadlines of pending prompts that have a timeout (same keys as `prompts`).
+    pub prompt_deadlines: JsonKv,
 }
 
 /// Creates (or opens) the run lifecycle buckets. Safe to call from every replica.
@@ -146,7 +150,37 @@ pub async fn ensure_run_buckets(
     Ok(RunBuckets {
         run_status: open(names.run_status_bucket(), RUNS_MAX_AGE).await?,
         thread_locks: open(names.thread_locks_bucket(), RUN_EVENTS_MAX_AGE).await?,
+        prompts: open(names.prompts_bucket(), RUNS_MAX_AGE).await?,
+        prompt_deadlines: open(names.prompt_deadlines_bucket(), RUNS_MAX_AGE).await?,
     })
+}
+
+/// Header that makes a publish conditional on the subject's last sequence.
+pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+
+/// Publishes `task` on `subject` only if the subject holds no task yet (one subject per run:
+/// the stream is the idempotency record). `false`: a task is already stored there.
+pub async fn publish_task(
+    js: &jetstream::Context,
+    subject: &str,
+    task: &protocol::messaging::RunTaskV1,
+) -> anyhow::Result<bool> {
+    use jetstream::context::PublishErrorKind;
+    let payload = serde_json::to_vec(&protocol::messaging::RunTask::V1(task.clone()))?;
+    let msg_id = subject
+        .rsplit_once(".runs.accepted.")
+        .map_or(subject, |(_, ids)| ids);
+    let mut headers = publish_headers(msg_id);
+    headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
+    let ack = js
+        .publish_with_headers(subject.to_owned(), headers, payload.into())
+        .await?
+        .await;
+    match ack {
+        Ok(ack) => Ok(!ack.duplicate),
+        Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => Ok(false),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// A KV bucket of JSON values with compare-and-set helpers.
@@ -261,6 +295,12 @@ impl JsonKv {
     /// Deletes `key`.
     pub async fn delete(&self, key: &str) -> anyhow::Result<()> {
         Ok(self.store.delete(key).await?)
+    }
+
+    /// Every key in the bucket (for small buckets that are scanned, like prompt deadlines).
+    pub async fn keys(&self) -> anyhow::Result<Vec<String>> {
+        use futures::TryStreamExt as _;
+        Ok(self.store.keys().await?.try_collect().await?)
     }
 }
 

@@ -25,6 +25,10 @@ pub enum Event {
         /// Optional result.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<Value>,
+        /// AG-UI 1.0 outcome: `{"type": "interrupt", "interrupts": [...]}` when the run stopped
+        /// for a human; absent for a plain success.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<Value>,
     },
     /// The run failed.
     #[serde(rename_all = "camelCase")]

@@ -10,12 +10,14 @@ pub mod error;
 pub mod file_types;
 pub mod files;
 pub mod history;
+pub mod interaction;
 pub mod messaging;
 pub mod metadata;
 pub mod run_input;
 pub mod tools;
 pub mod ui_schema;
 pub mod validate;
+pub mod ws;
 
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
 pub use run_input::{RunAgentInput, TaskAcceptedResponse};

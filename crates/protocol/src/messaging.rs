@@ -165,6 +165,16 @@ impl Names {
     pub fn thread_locks_bucket(&self) -> String {
         self.bucket("THREAD_LOCKS")
     }
+
+    /// KV bucket of human-in-the-loop prompts (one store for every transport).
+    pub fn prompts_bucket(&self) -> String {
+        self.bucket("PROMPTS")
+    }
+
+    /// KV bucket of the deadlines of pending prompts with a timeout (what the sweeper scans).
+    pub fn prompt_deadlines_bucket(&self) -> String {
+        self.bucket("PROMPT_DEADLINES")
+    }
 }
 
 /// Where a run is in its life.
@@ -236,7 +246,7 @@ pub fn digest(parts: &[&str]) -> String {
 }
 
 /// 128-bit hex digest of one field, used as a subject token (never the raw client id).
-fn short_digest(part: &str) -> String {
+pub fn short_digest(part: &str) -> String {
     digest(&[part])[..32].to_owned()
 }
 
@@ -273,6 +283,24 @@ pub struct RunTaskV1 {
     /// turn is the last message.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub conversation: bool,
+    /// Set on a run that continues after a human-in-the-loop prompt: the prompt and what
+    /// became of it (answered, timed out, cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<Resumed>,
+    /// OpenTelemetry trace id of the request that started the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+}
+
+/// The prompt a continuation run answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The prompt's id.
+    pub prompt_id: String,
+    /// The question.
+    pub prompt: crate::interaction::Prompt,
+    /// The answer, or why there is none.
+    pub outcome: crate::interaction::PromptOutcome,
 }
 
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.

@@ -132,10 +132,18 @@ pub fn validate_conversation(input: &RunAgentInput) -> Result<(), Violation> {
     if input.messages.len() > MAX_MESSAGES {
         return Err(Violation::rule("/messages", messages::MESSAGES_LIMIT));
     }
-    if !matches!(
-        input.messages.last(),
-        Some(Message::User(_) | Message::Tool(_))
-    ) {
+    // A run that answers an interrupt (`resume`) may follow the agent's own last message.
+    let resuming = input
+        .extra
+        .get("resume")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|entries| !entries.is_empty());
+    if !resuming
+        && !matches!(
+            input.messages.last(),
+            Some(Message::User(_) | Message::Tool(_))
+        )
+    {
         return Err(Violation::rule("/messages", messages::LAST_IS_NEW_TURN));
     }
     for (at, message) in input.messages.iter().enumerate() {

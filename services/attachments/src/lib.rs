@@ -148,8 +148,7 @@ pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) pool: PgPool,
     pub(crate) s3: aws_sdk_s3::Client,
-    /// Client used only to presign URLs for browsers (public endpoint; never sends requests).
-    pub(crate) presign: aws_sdk_s3::Client,
+    /// Credentials and public endpoint of upload forms and download URLs.
     pub(crate) signer: Arc<policy::Signer>,
     pub(crate) bucket: String,
     pub(crate) upload_ttl: Duration,
@@ -208,10 +207,6 @@ impl platform::service::Service for Application {
             .clone()
             .or_else(|| config.s3.endpoint.clone())
             .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", config.s3.region));
-        let presign = platform::s3::client(&platform::s3::S3Config {
-            endpoint: Some(public_endpoint.clone()),
-            ..config.s3.clone()
-        });
         let signer = Arc::new(policy::Signer {
             access_key: config.s3.access_key.clone(),
             secret_key: secrecy::ExposeSecret::expose_secret(&config.s3.secret_key).to_owned(),
@@ -222,7 +217,7 @@ impl platform::service::Service for Application {
             pool: pool.clone(),
             s3: s3.clone(),
             supabase_secret: config.supabase_jwt_secret.clone(),
-            presign: presign.clone(),
+            signer: Arc::clone(&signer),
             bucket: config.s3.bucket.clone(),
             download_ttl: config.download_ttl,
         };
@@ -235,7 +230,6 @@ impl platform::service::Service for Application {
             auth,
             pool,
             s3,
-            presign,
             signer,
             bucket: config.s3.bucket.clone(),
             upload_ttl: config.upload_ttl,

@@ -2,7 +2,9 @@
 //! resolve a URL or `content_url` to a verified file the caller owns, sign download URLs in
 //! bulk, and keep a file the agent generated.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use futures::StreamExt;
@@ -21,7 +23,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::store::{self, NewUpload};
+use crate::policy::Signer;
+use crate::store::{self, FileRow, NewUpload};
 
 /// Requests answered at once by one replica.
 const CONCURRENCY: usize = 64;
@@ -31,8 +34,8 @@ pub(crate) struct Resolver {
     pub(crate) s3: aws_sdk_s3::Client,
     /// Secret Supabase-style signed-URL tokens are verified with, when configured.
     pub(crate) supabase_secret: Option<SecretString>,
-    /// Presigning client (public endpoint).
-    pub(crate) presign: aws_sdk_s3::Client,
+    /// Credentials and public endpoint download URLs are signed for.
+    pub(crate) signer: Arc<Signer>,
     /// Bucket generated files go to.
     pub(crate) bucket: String,
     /// Validity of signed download URLs.
@@ -42,6 +45,23 @@ pub(crate) struct Resolver {
 #[derive(Deserialize)]
 struct SupabaseClaims {
     url: String,
+}
+
+/// The verified row each reference names (`None`: no reference, or no such row), in order.
+fn match_rows<'a>(refs: &[Option<FileRef>], rows: &'a [FileRow]) -> Vec<Option<&'a FileRow>> {
+    let by_object: HashMap<(&str, &str), &FileRow> = rows
+        .iter()
+        .filter(|row| row.status == "verified")
+        .map(|row| ((row.bucket.as_str(), row.object_key.as_str()), row))
+        .collect();
+    refs.iter()
+        .map(|file| {
+            let file = file.as_ref()?;
+            by_object
+                .get(&(file.bucket.as_str(), file.path.as_str()))
+                .copied()
+        })
+        .collect()
 }
 
 impl Resolver {
@@ -96,26 +116,35 @@ impl Resolver {
         .is_ok_and(|data| data.claims.url == format!("{}/{}", file.bucket, file.path))
     }
 
-    /// Fresh download URLs for the owner's verified files, `None` for anything else.
+    /// Fresh download URLs for the owner's verified files, `None` for anything else (a URL that
+    /// does not parse, a file not the owner's, not verified, or gone), in request order: one
+    /// query for the whole batch, then signing in memory.
     pub(crate) async fn sign(
         &self,
         owner: &str,
         urls: &[String],
     ) -> anyhow::Result<Vec<Option<String>>> {
-        let mut signed = Vec::with_capacity(urls.len());
-        for url in urls.iter().take(MAX_SIGN_BATCH) {
-            let row = match parse_file_url(url) {
-                Ok(file) => store::find_owned(&self.pool, owner, &file.bucket, &file.path).await?,
-                Err(_) => None,
-            };
-            signed.push(match row.filter(|r| r.status == "verified") {
-                Some(row) => {
-                    Some(crate::download::sign(&self.presign, &row, self.download_ttl).await?)
-                }
-                None => None,
-            });
-        }
-        Ok(signed)
+        let refs: Vec<Option<FileRef>> = urls
+            .iter()
+            .take(MAX_SIGN_BATCH)
+            .map(|url| parse_file_url(url).ok())
+            .collect();
+        let objects: Vec<(&str, &str)> = refs
+            .iter()
+            .flatten()
+            .map(|f| (f.bucket.as_str(), f.path.as_str()))
+            .collect();
+        let rows = if objects.is_empty() {
+            Vec::new()
+        } else {
+            store::find_verified_owned(&self.pool, owner, &objects).await?
+        };
+        crate::download::presign(
+            &self.signer,
+            match_rows(&refs, &rows),
+            self.download_ttl,
+            SystemTime::now(),
+        )
     }
 
     /// Stores a file the agent generated and puts it in the session's workspace.
@@ -289,5 +318,64 @@ impl Resolver {
             },
         };
         Ok(serde_json::to_vec(&RegisterReply::V1(outcome))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::files::parse_file_url;
+    use uuid::Uuid;
+
+    use super::match_rows;
+    use crate::store::FileRow;
+
+    fn row(bucket: &str, key: &str, status: &str) -> FileRow {
+        FileRow {
+            id: Uuid::now_v7(),
+            bucket: bucket.to_owned(),
+            object_key: key.to_owned(),
+            file_name: "f".to_owned(),
+            content_type: "application/pdf".to_owned(),
+            size_bytes: 1,
+            declared_sha256: None,
+            status: status.to_owned(),
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn rows_are_matched_in_request_order_with_duplicates_and_gaps() {
+        let urls = [
+            "s3://b/u/2.pdf",
+            "not a url",
+            "http://127.0.0.1:9000/b/u/1.pdf?X-Amz-Signature=old",
+            "s3://b/u/missing.pdf",
+            "s3://b/u/2.pdf",
+            "s3://other/u/1.pdf",
+            "s3://b/u/pending.pdf",
+        ];
+        let refs: Vec<_> = urls.iter().map(|u| parse_file_url(u).ok()).collect();
+        // In no particular order, as the query returns them; a non-verified row never signs.
+        let rows = [
+            row("b", "u/1.pdf", "verified"),
+            row("b", "u/pending.pdf", "pending"),
+            row("b", "u/2.pdf", "verified"),
+        ];
+        let keys: Vec<Option<&str>> = match_rows(&refs, &rows)
+            .into_iter()
+            .map(|r| r.map(|r| r.object_key.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                Some("u/2.pdf"),
+                None,
+                Some("u/1.pdf"),
+                None,
+                Some("u/2.pdf"),
+                None,
+                None
+            ]
+        );
     }
 }

@@ -326,9 +326,7 @@ async fn download_url(
         .await?
         .filter(|f| f.status == "verified")
         .ok_or_else(|| ErrorResponse::not_found("file"))?;
-    let url = crate::download::sign(&state.presign, &file, state.download_ttl)
-        .await
-        .map_err(internal)?;
+    let url = crate::download::sign(&state.signer, &file, state.download_ttl).map_err(internal)?;
     Ok(axum::Json(json!({
         "url": url,
         "expires_in": state.download_ttl.as_secs(),
@@ -495,9 +493,7 @@ async fn server_upload(
             .await
             .map_err(internal)?;
     }
-    let url = crate::download::sign(&state.presign, &file, state.download_ttl)
-        .await
-        .map_err(internal)?;
+    let url = crate::download::sign(&state.signer, &file, state.download_ttl).map_err(internal)?;
     tracing::info!(file.id = %file.id, size = stored.size, "file uploaded through the service");
     Ok(axum::Json(json!({
         "bucket": file.bucket,

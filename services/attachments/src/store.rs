@@ -44,6 +44,27 @@ pub(crate) async fn find_owned(
     .await
 }
 
+/// The owner's verified files among `objects` (bucket, key), in no particular order, one
+/// query (each pair an index lookup on `files_object_key`).
+pub(crate) async fn find_verified_owned(
+    pool: &PgPool,
+    owner: &str,
+    objects: &[(&str, &str)],
+) -> sqlx::Result<Vec<FileRow>> {
+    let (buckets, keys): (Vec<&str>, Vec<&str>) = objects.iter().copied().unzip();
+    sqlx::query_as(concat!(
+        "SELECT ",
+        file_columns!(),
+        " FROM files WHERE owner = $1 AND status = 'verified'
+           AND (bucket, object_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))"
+    ))
+    .bind(owner)
+    .bind(buckets)
+    .bind(keys)
+    .fetch_all(pool)
+    .await
+}
+
 /// The owner's live file (verified, or pending) with this content, if any. Two lookups, each
 /// on its own index: verified bytes by `sha256`, and live claims by `declared_sha256`.
 pub(crate) async fn find_by_hash(

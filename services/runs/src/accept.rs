@@ -12,16 +12,13 @@
 //! Under the `reject` policy the thread's lock is claimed first (one more write, in KV); under
 //! `enqueue` the worker serialises runs per thread.
 
-use async_nats::jetstream::{self, context::PublishErrorKind};
+use async_nats::jetstream;
 use chrono::Utc;
 use platform::nats::{Claim, RunBuckets, stored_task};
-use protocol::messaging::{Names, RunTask, RunTaskV1};
+use protocol::messaging::{Names, Resumed, RunTaskV1};
 use protocol::metadata::AttachedFile;
 use protocol::{RunAgentInput, TaskAcceptedResponse};
 use uuid::Uuid;
-
-/// Header that makes a publish conditional on the subject's last sequence.
-const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 
 /// What to do with a new run on a thread whose previous run is still active.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +88,7 @@ impl Acceptor {
         input: RunAgentInput,
         attachments: Vec<AttachedFile>,
         conversation: bool,
+        resumed: Option<Resumed>,
     ) -> Result<TaskAcceptedResponse, AcceptError> {
         let subject = self
             .names
@@ -102,6 +100,8 @@ impl Acceptor {
             input,
             attachments,
             conversation,
+            resumed,
+            trace_id: platform::telemetry::current_trace_id(),
         };
         let thread_id = task.input.thread_id.as_str();
         if self.policy == ActiveRunPolicy::Reject {
@@ -134,22 +134,7 @@ impl Acceptor {
 
     /// Publishes the task if its subject is empty. `false`: a run is already stored there.
     async fn publish(&self, subject: &str, task: &RunTaskV1) -> anyhow::Result<bool> {
-        let payload = serde_json::to_vec(&RunTask::V1(task.clone()))?;
-        let msg_id = subject
-            .rsplit_once(".runs.accepted.")
-            .map_or(subject, |(_, ids)| ids);
-        let mut headers = platform::nats::publish_headers(msg_id);
-        headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
-        let ack = self
-            .js
-            .publish_with_headers(subject.to_owned(), headers, payload.into())
-            .await?
-            .await;
-        match ack {
-            Ok(ack) => Ok(!ack.duplicate),
-            Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        platform::nats::publish_task(&self.js, subject, task).await
     }
 }
 
@@ -162,6 +147,7 @@ fn answer_retry(
         && original.input == task.input
         && original.attachments == task.attachments
         && original.conversation == task.conversation
+        && original.resumed == task.resumed
     {
         tracing::info!(task.id = %original.task_id, "retried run request answered with the original task");
         Ok(response(&original))

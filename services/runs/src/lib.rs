@@ -5,8 +5,10 @@ mod accept;
 mod admit;
 mod events;
 mod limit;
+mod prompts;
 mod routes;
 mod status;
+mod ws;
 
 pub use accept::ActiveRunPolicy;
 
@@ -72,6 +74,7 @@ pub(crate) struct AppState {
     pub(crate) runs: Arc<status::RunDirectory>,
     pub(crate) limiter: Arc<limit::PerOwnerLimit>,
     pub(crate) events: events::EventHub,
+    pub(crate) buckets: platform::nats::RunBuckets,
     /// Cancelled at shutdown: ends the open event streams so the server can drain.
     pub(crate) shutdown: CancellationToken,
 }
@@ -119,6 +122,7 @@ impl platform::service::Service for Application {
             std::time::Duration::from_secs(5),
         ));
         let hub_client = client.clone();
+        let prompt_buckets = buckets.clone();
         let runs = Arc::new(status::RunDirectory::new(
             client,
             runs_stream,
@@ -139,6 +143,7 @@ impl platform::service::Service for Application {
             runs,
             limiter,
             events,
+            buckets: prompt_buckets,
             shutdown: shutdown.clone(),
         };
         let router = routes::router(state).merge(platform::http::health_routes(vec![(

@@ -25,6 +25,7 @@ use crate::AppState;
 use crate::accept::AcceptError;
 use crate::admit::AdmitError;
 use crate::events::FollowError;
+use crate::prompts::{self, PromptError, Reply};
 use crate::status::status_response;
 
 /// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
@@ -43,6 +44,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/agent/runs/{run_id}/cancel", post(cancel_run))
         .route("/api/v1/agent/runs/{run_id}/events", get(run_events))
         .route("/api/v1/agent/ag-ui", post(ag_ui_run))
+        .route("/v2/chat", post(chat))
+        .route("/websocket", get(crate::ws::websocket))
         .route(
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
@@ -71,6 +74,8 @@ pub(crate) enum ApiError {
     Expired(u64),
     /// 400: a `Last-Event-ID` that is not an event id of this API.
     BadCursor,
+    /// 409/410/422/503: an answer to a prompt (`resume`) that cannot be taken, naming the field.
+    Prompt(PromptError, String),
     /// 400: a path id that cannot be a run id.
     BadId,
     /// 500: something failed on our side.
@@ -135,6 +140,20 @@ impl IntoResponse for ApiError {
                 ),
                 "Last-Event-ID",
             ),
+            ApiError::Prompt(err, field) => {
+                let (status, code) = match &err {
+                    PromptError::NotFound | PromptError::BadAnswer(_) => {
+                        (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::InvalidRequest)
+                    }
+                    PromptError::Closed(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
+                    PromptError::Expired(_) => (StatusCode::GONE, ErrorCode::Expired),
+                    PromptError::Nats(e) => {
+                        return ErrorResponse::unavailable(&anyhow::anyhow!("{e:#}"))
+                            .into_response();
+                    }
+                };
+                ErrorResponse::with_field(status, code, err.to_string(), field)
+            }
             ApiError::BadCursor => ErrorResponse::with_field(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::InvalidRequest,
@@ -164,7 +183,7 @@ async fn create_run(
 ) -> Result<Response, ApiError> {
     let bytes = read_json_body(&headers, body).await?;
     let input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
-    let accepted = start_run(&state, &owner, input, false).await?;
+    let accepted = start_run(&state, &owner, input, false, None).await?;
     if wants_event_stream(&headers) {
         return stream_events(&state, &accepted, 0).await;
     }
@@ -182,7 +201,111 @@ async fn ag_ui_run(
 ) -> Result<Response, ApiError> {
     let bytes = read_json_body(&headers, body).await?;
     let input = parse_conversation_input(&bytes).map_err(ApiError::Invalid)?;
-    let accepted = start_run(&state, &owner, input, true).await?;
+    let resumed = resume(&state, &owner, &input).await?;
+    let accepted = start_run(&state, &owner, input, true, resumed).await?;
+    stream_events(&state, &accepted, 0).await
+}
+
+/// AG-UI 1.0 `resume`: the answer to the interrupt the thread's last run finished with. One
+/// interrupt per run; its answer is checked against the prompt and closes it for every
+/// transport.
+async fn resume(
+    state: &AppState,
+    owner: &Owner,
+    input: &RunAgentInput,
+) -> Result<Option<protocol::messaging::Resumed>, ApiError> {
+    let Some(entries) = input
+        .extra
+        .get("resume")
+        .and_then(serde_json::Value::as_array)
+    else {
+        return Ok(None);
+    };
+    let invalid = |field: &str, message: &str| {
+        ApiError::Invalid(Violation {
+            kind: ViolationKind::Rule,
+            field: field.to_owned(),
+            message: message.to_owned(),
+        })
+    };
+    let entry = match entries.as_slice() {
+        [] => return Ok(None),
+        [entry] => entry,
+        _ => return Err(invalid("/resume", "resume answers one interrupt per run")),
+    };
+    let interrupt_id = entry
+        .get("interruptId")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| invalid("/resume/0/interruptId", "resume[0].interruptId is required"))?;
+    let reply = match entry.get("status").and_then(serde_json::Value::as_str) {
+        Some("resolved") => Reply::Answer(entry.get("payload").cloned().unwrap_or_default()),
+        Some("cancelled") => Reply::Cancel,
+        _ => {
+            return Err(invalid(
+                "/resume/0/status",
+                "resume[0].status must be resolved or cancelled",
+            ));
+        }
+    };
+    prompts::answer(
+        &state.buckets,
+        owner.as_str(),
+        &input.thread_id,
+        interrupt_id,
+        reply,
+        &input.run_id,
+    )
+    .await
+    .map(Some)
+    .map_err(|err| {
+        let field = match err {
+            PromptError::BadAnswer(_) => "/resume/0/payload",
+            _ => "/resume/0/interruptId",
+        };
+        ApiError::Prompt(err, field.to_owned())
+    })
+}
+
+/// `POST /v2/chat`: the REST form of the chat API of `file-attachments.md`
+/// (`{"message", "session_id", "content_urls"}`), answered with the run's AG-UI event stream.
+async fn chat(
+    State(state): State<AppState>,
+    owner: Owner,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_json_body(&headers, body).await?;
+    let mut value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|err| {
+        ApiError::Invalid(Violation {
+            kind: ViolationKind::Malformed,
+            field: String::new(),
+            message: format!("the body is not JSON: {err}"),
+        })
+    })?;
+    if let Some(object) = value.as_object_mut() {
+        object.insert("type".to_owned(), "chat".into());
+    }
+    let inbound = protocol::ws::parse_inbound(&value.to_string()).map_err(|err| {
+        ApiError::Invalid(Violation {
+            kind: ViolationKind::Rule,
+            field: err.details,
+            message: err.message,
+        })
+    })?;
+    let protocol::ws::Inbound::Chat {
+        message,
+        session_id,
+        content_urls,
+    } = inbound
+    else {
+        return Err(ApiError::Internal(anyhow::anyhow!(
+            "chat body read as another message"
+        )));
+    };
+    let id = uuid::Uuid::now_v7().to_string();
+    let input = crate::ws::chat_input(&session_id, &id, &message, &content_urls)
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("cannot build the chat run")))?;
+    let accepted = start_run(&state, &owner, input, true, None).await?;
     stream_events(&state, &accepted, 0).await
 }
 
@@ -209,11 +332,12 @@ async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes,
 }
 
 /// Rate limit, attachment admission, acceptance onto JetStream.
-async fn start_run(
+pub(crate) async fn start_run(
     state: &AppState,
     owner: &Owner,
     mut input: RunAgentInput,
     conversation: bool,
+    resumed: Option<protocol::messaging::Resumed>,
 ) -> Result<TaskAcceptedResponse, ApiError> {
     state
         .limiter
@@ -233,7 +357,7 @@ async fn start_run(
         })?;
     state
         .accept
-        .accept(owner.as_str(), input, attachments, conversation)
+        .accept(owner.as_str(), input, attachments, conversation, resumed)
         .await
         .map_err(|err| match err {
             AcceptError::Conflict => ApiError::Conflict,

@@ -47,7 +47,11 @@ impl RunDirectory {
 
     /// The caller's latest run with this run id (a run id may be reused on several threads).
     /// Another owner's run is `None`, exactly like a missing one: the owner is part of the key.
-    async fn task(&self, owner: &str, run_id: &str) -> anyhow::Result<Option<RunTaskV1>> {
+    pub(crate) async fn task(
+        &self,
+        owner: &str,
+        run_id: &str,
+    ) -> anyhow::Result<Option<RunTaskV1>> {
         let pattern = self.names.run_accepted_pattern(owner, run_id);
         let task = stored_task(&self.runs, &pattern).await?;
         Ok(task.filter(|t| t.owner == owner && t.input.run_id == run_id))

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use protocol::agui::Event;
+use protocol::interaction::{DEFAULT_PROMPT_ERROR, InputType, Prompt, PromptOption, PromptOutcome};
 use protocol::messaging::RunTaskV1;
 use protocol::run_input::Message;
 use protocol::tools::build_tools_prompt;
@@ -61,6 +62,10 @@ pub trait Agent: Send + Sync + 'static {
 /// - `/slow <text>` streams the same echo with a 200 ms pause between words (for cancel tests);
 /// - `/fail` fails, so the run ends with `RUN_ERROR`;
 /// - `/ui <title>` echoes and attaches `ui_hints` (title, success badge, the echo as body);
+/// - `/ask <input_type>[:<timeout secs>] <question>` asks the user (text, binary_choice, radio,
+///   checkbox, dropdown; the seed's example options) and stops on the prompt; the run that
+///   continues answers `You answered: <answer>`, or says the question timed out or was
+///   cancelled;
 /// - `/tool <name> <json arguments>` calls the tool: a client tool (one of the run's `tools`)
 ///   is called and the run ends, for the client to answer; any other name runs the built-in
 ///   backend tool, which returns its arguments, then a summary follows. Both the tool result
@@ -88,6 +93,28 @@ impl Agent for EchoAgent {
                 anyhow::bail!("asked to fail");
             }
             let reply_id = format!("{}-reply", input.task.task_id);
+            if let Some(resumed) = &input.task.resumed {
+                let reply = match &resumed.outcome {
+                    PromptOutcome::Resolved { payload } => {
+                        let answer = match payload {
+                            serde_json::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        format!("You answered: {answer}")
+                    }
+                    PromptOutcome::TimedOut => {
+                        format!("No answer came in time to: {}", resumed.prompt.text)
+                    }
+                    PromptOutcome::Cancelled => "You cancelled the question.".to_owned(),
+                };
+                return stream_text(sink, &reply_id, &reply, None).await;
+            }
+            if let Some(spec) = trimmed.strip_prefix("/ask ") {
+                let prompt = demo_prompt(spec)?;
+                stream_text(sink, &reply_id, "I need your input.", None).await?;
+                sink.ask(prompt);
+                return Ok(());
+            }
             if let Some(call) = trimmed.strip_prefix("/tool ") {
                 return call_tool(input, sink, &reply_id, call).await;
             }
@@ -213,4 +240,41 @@ async fn call_tool(
     let summary_id = format!("{task_id}-summary");
     stream_text(sink, &summary_id, &format!("{name} finished."), None).await?;
     emit_hints(sink, &summary_id, done).await
+}
+
+/// The prompt of `/ask <input_type>[:<timeout secs>] <question>`, with the seed's options.
+fn demo_prompt(spec: &str) -> anyhow::Result<Prompt> {
+    let (kind, text) = spec
+        .trim()
+        .split_once(' ')
+        .unwrap_or((spec.trim(), "Your input?"));
+    let (kind, timeout) = match kind.split_once(':') {
+        Some((kind, secs)) => (kind, Some(secs.parse::<u64>()?)),
+        None => (kind, None),
+    };
+    let input_type: InputType = serde_json::from_value(serde_json::Value::String(kind.to_owned()))?;
+    let option = |id: &str, label: &str| PromptOption {
+        id: id.to_owned(),
+        label: label.to_owned(),
+        value: id.to_owned(),
+        description: None,
+    };
+    let options = match input_type {
+        InputType::Text => Vec::new(),
+        InputType::BinaryChoice => vec![option("continue", "Continue"), option("cancel", "Cancel")],
+        _ => vec![
+            option("email", "Email"),
+            option("sms", "SMS"),
+            option("push", "Push Notification"),
+        ],
+    };
+    Ok(Prompt {
+        input_type,
+        text: text.to_owned(),
+        placeholder: (input_type == InputType::Text).then(|| "Ask anything.".to_owned()),
+        options,
+        required: true,
+        timeout,
+        error: DEFAULT_PROMPT_ERROR.to_owned(),
+    })
 }

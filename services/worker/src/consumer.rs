@@ -11,6 +11,10 @@ use chrono::Utc;
 use futures::StreamExt;
 use platform::nats::{Claim, Created, RunBuckets};
 use protocol::agui::Event;
+use protocol::interaction::{
+    DEFAULT_PROMPT_ERROR, INTERACTION_TIMEOUT_EVENT, Prompt, PromptOutcome, PromptRecord,
+    PromptStatus, prompt_key,
+};
 use protocol::messaging::{
     Names, RunEventMessage, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER,
     status_key,
@@ -98,6 +102,12 @@ impl RunConsumer {
             .subscribe(self.names.run_cancel_subjects())
             .await
             .context("cannot subscribe to run cancels")?;
+        let sweeper = tokio::spawn(crate::deadlines::sweep(
+            self.js.clone(),
+            self.names.clone(),
+            self.buckets.clone(),
+            shutdown.clone(),
+        ));
         let running = Arc::clone(&self.running);
         let listener = tokio::spawn(
             cancels
@@ -129,6 +139,7 @@ impl RunConsumer {
             })
             .await;
         listener.abort();
+        sweeper.abort();
         tracing::info!("worker consumer stopped");
         Ok(())
     }
@@ -271,6 +282,16 @@ impl RunConsumer {
             run_id: run_id.clone(),
         })
         .await?;
+        if let Some(resumed) = &task.resumed
+            && resumed.outcome == PromptOutcome::TimedOut
+        {
+            // Every client shows the prompt's error; then the agent learns of the timeout.
+            sink.finish(Event::Custom {
+                name: INTERACTION_TIMEOUT_EVENT.to_owned(),
+                value: serde_json::json!({"promptId": resumed.prompt_id, "error": resumed.prompt.error}),
+            })
+            .await?;
+        }
         let input = ModelInput::new(task);
         let result = if token.is_cancelled() {
             Err(crate::sink::Cancelled.into())
@@ -279,10 +300,15 @@ impl RunConsumer {
         };
         match result {
             Ok(()) => {
+                let outcome = match sink.take_prompt() {
+                    None => None,
+                    Some(prompt) => Some(self.store_prompt(task, prompt).await?),
+                };
                 sink.finish(Event::RunFinished {
                     thread_id,
                     run_id,
                     result: None,
+                    outcome,
                 })
                 .await?;
                 tracing::info!("run finished");
@@ -308,6 +334,64 @@ impl RunConsumer {
                 Ok((RunStatus::Failed, Some(message)))
             }
         }
+    }
+
+    /// Stores the prompt the agent asked (pending, with its deadline) and returns the AG-UI
+    /// outcome that finishes the run. Idempotent: a redelivered run finds its prompt stored.
+    async fn store_prompt(
+        &self,
+        task: &RunTaskV1,
+        mut prompt: Prompt,
+    ) -> anyhow::Result<serde_json::Value> {
+        if prompt.error.trim().is_empty() {
+            prompt.error = DEFAULT_PROMPT_ERROR.to_owned();
+        }
+        if let Err(reason) = prompt.validate() {
+            anyhow::bail!("the agent asked an invalid prompt: {reason}");
+        }
+        let now = Utc::now();
+        let parent_id = task
+            .input
+            .messages
+            .iter()
+            .rev()
+            .find(|m| matches!(m, protocol::run_input::Message::User(_)))
+            .map_or_else(|| task.input.run_id.clone(), |m| m.id().to_owned());
+        let record = PromptRecord {
+            prompt_id: format!("{}-prompt", task.task_id),
+            task_id: task.task_id,
+            owner: task.owner.clone(),
+            thread_id: task.input.thread_id.clone(),
+            run_id: task.input.run_id.clone(),
+            parent_id,
+            expires_at: prompt.timeout.map(|secs| {
+                now + chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX))
+            }),
+            prompt,
+            created_at: now,
+            status: PromptStatus::Pending,
+            answer: None,
+            continuation_run_id: None,
+        };
+        let key = prompt_key(&record.prompt_id);
+        let record = match self.buckets.prompts.create(&key, &record).await? {
+            Created::Created(_) => record,
+            Created::Exists => self
+                .buckets
+                .prompts
+                .get::<PromptRecord>(&key)
+                .await?
+                .map(|(r, _)| r)
+                .ok_or_else(|| anyhow::anyhow!("prompt {key} vanished"))?,
+        };
+        if record.expires_at.is_some() && record.status == PromptStatus::Pending {
+            self.buckets
+                .prompt_deadlines
+                .put(&key, &record.expires_at)
+                .await?;
+        }
+        tracing::info!(prompt.id = %record.prompt_id, "run stopped on a prompt");
+        Ok(serde_json::json!({"type": "interrupt", "interrupts": [record.interrupt()]}))
     }
 
     /// Ends a run whose worker stopped mid-run: after the last event in its log, a `RUN_ERROR`

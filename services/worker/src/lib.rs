@@ -3,6 +3,7 @@
 
 pub mod agent;
 mod consumer;
+mod deadlines;
 pub mod openai;
 pub mod sink;
 

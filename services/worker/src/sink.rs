@@ -20,6 +20,8 @@ pub struct EventSink {
     subject: String,
     template: RunEventV1,
     cancel: CancellationToken,
+    /// The human-in-the-loop prompt the agent stopped on, if any.
+    ask: Option<protocol::interaction::Prompt>,
 }
 
 impl EventSink {
@@ -45,6 +47,7 @@ impl EventSink {
                 },
             },
             cancel,
+            ask: None,
         }
     }
 
@@ -70,6 +73,18 @@ impl EventSink {
             () = tokio::time::sleep(duration) => Ok(()),
             () = self.cancel.cancelled() => Err(Cancelled.into()),
         }
+    }
+
+    /// Stops the run on a question for the user: once the agent returns, the run finishes with
+    /// an AG-UI interrupt, and the answer (or the timeout) comes back as a new run on the
+    /// thread whose task carries it ([`protocol::messaging::RunTaskV1::resumed`]).
+    pub fn ask(&mut self, prompt: protocol::interaction::Prompt) {
+        self.ask = Some(prompt);
+    }
+
+    /// The prompt the agent asked, if any.
+    pub(crate) fn take_prompt(&mut self) -> Option<protocol::interaction::Prompt> {
+        self.ask.take()
     }
 
     /// Whether the owner cancelled the run.

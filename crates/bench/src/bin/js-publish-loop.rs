@@ -210,6 +210,8 @@ async fn publish_one(
         input,
         attachments: Vec::new(),
         conversation: false,
+        resumed: None,
+        trace_id: None,
     }))?;
     let bytes = payload.len();
     let sent = Instant::now();

@@ -1,0 +1,732 @@
+//! The WebSocket message schema of `websocket-message-schema.md`: what a client sends, what
+//! the server answers, and how a run's AG-UI events become those messages.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::agui::Event;
+use crate::interaction::{INTERACTION_TIMEOUT_EVENT, Prompt};
+use crate::messaging::RunEventV1;
+use crate::run_input::{ContentBlock, UserContent};
+
+/// Largest WebSocket message accepted, in bytes.
+pub const MAX_WS_MESSAGE_BYTES: usize = 256 * 1024;
+/// Longest conversation id.
+pub const MAX_CONVERSATION_ID_CHARS: usize = 128;
+/// Longest user text, as on the runs API.
+pub const MAX_TEXT_CHARS: usize = 10_000;
+
+/// `type` of a message, both directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsType {
+    /// Client: a new turn.
+    UserMessage,
+    /// Client: the answer to a prompt.
+    UserInteractionMessage,
+    /// Server: a step of the run (tool call, step).
+    SystemIntermediateMessage,
+    /// Server: response tokens, then the end of the response.
+    SystemResponseMessage,
+    /// Server: a human-in-the-loop prompt.
+    SystemInteractionMessage,
+    /// Server: the run's OpenTelemetry trace id.
+    ObservabilityTraceMessage,
+    /// Server: something went wrong.
+    ErrorMessage,
+}
+
+/// `status` of a server message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsStatus {
+    /// Still going.
+    InProgress,
+    /// Done.
+    Completed,
+    /// Failed.
+    Failed,
+}
+
+/// The seed's error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WsErrorCode {
+    /// Something failed on our side.
+    UnknownError,
+    /// The agent's run failed.
+    WorkflowError,
+    /// Not a message we can read (not JSON, missing or malformed fields).
+    InvalidMessage,
+    /// A `type` the client may not send.
+    InvalidMessageType,
+    /// The user content is missing, empty or over its limits.
+    InvalidUserMessageContent,
+    /// An attachment or data part is unusable.
+    InvalidDataContent,
+}
+
+/// A message from the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WsMessage {
+    /// Message type.
+    #[serde(rename = "type")]
+    pub kind: WsType,
+    /// Message id.
+    pub id: String,
+    /// Thread (the conversation); `null` on an error about a message that named none, absent
+    /// on the trace message (as in the seed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<Option<String>>,
+    /// The user message this answers (`null` on an error about a message without an id).
+    #[serde(default)]
+    pub parent_id: Option<String>,
+    /// Parent step of an intermediate message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate_parent_id: Option<String>,
+    /// Conversation id (`null` on an error about a message that named none).
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// The content, per type.
+    pub content: Value,
+    /// Processing state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<WsStatus>,
+    /// ISO-8601.
+    pub timestamp: String,
+}
+
+/// A refused or failed message: the seed's `error_message`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsError {
+    /// Code.
+    pub code: WsErrorCode,
+    /// What went wrong, naming the field.
+    pub message: String,
+    /// Machine-readable detail.
+    pub details: String,
+}
+
+impl WsError {
+    /// An error.
+    pub fn new(code: WsErrorCode, message: impl Into<String>, details: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: details.into(),
+        }
+    }
+
+    /// The `error_message` for it.
+    pub fn to_message(
+        &self,
+        id: String,
+        conversation_id: Option<&str>,
+        parent_id: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> WsMessage {
+        WsMessage {
+            kind: WsType::ErrorMessage,
+            id,
+            thread_id: Some(conversation_id.map(str::to_owned)),
+            parent_id: parent_id.map(str::to_owned),
+            intermediate_parent_id: None,
+            conversation_id: conversation_id.map(str::to_owned),
+            content: json!({"code": self.code, "message": self.message, "details": self.details}),
+            status: Some(WsStatus::Failed),
+            timestamp: timestamp(now),
+        }
+    }
+}
+
+/// ISO-8601 with milliseconds.
+pub fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// What a client sent, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inbound {
+    /// A new turn: the last user message of `content.messages`.
+    UserMessage {
+        /// Message id (becomes the run id and the user message's id).
+        id: String,
+        /// Conversation (thread).
+        conversation_id: String,
+        /// The user's content.
+        content: UserContent,
+    },
+    /// The answer to the prompt `parent_id`.
+    UserInteraction {
+        /// Message id.
+        id: String,
+        /// Conversation (thread).
+        conversation_id: String,
+        /// The prompt answered.
+        parent_id: String,
+        /// The answer text.
+        answer: String,
+    },
+    /// The chat form of `file-attachments.md`.
+    Chat {
+        /// Text.
+        message: String,
+        /// Session (thread).
+        session_id: String,
+        /// Files (`s3://` content URLs).
+        content_urls: Vec<String>,
+    },
+}
+
+fn field<'a>(object: &'a Map<String, Value>, name: &str) -> Result<&'a str, WsError> {
+    match object.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s),
+        Some(Value::String(_)) | None | Some(Value::Null) => Err(WsError::new(
+            WsErrorCode::InvalidMessage,
+            format!("{name} is required"),
+            name,
+        )),
+        Some(_) => Err(WsError::new(
+            WsErrorCode::InvalidMessage,
+            format!("{name} must be a string"),
+            name,
+        )),
+    }
+}
+
+fn conversation(object: &Map<String, Value>, name: &str) -> Result<String, WsError> {
+    let id = field(object, name)?;
+    if id.chars().count() > MAX_CONVERSATION_ID_CHARS {
+        return Err(WsError::new(
+            WsErrorCode::InvalidMessage,
+            format!("{name} must be at most {MAX_CONVERSATION_ID_CHARS} characters"),
+            name,
+        ));
+    }
+    Ok(id.to_owned())
+}
+
+fn bad_content(message: impl Into<String>, details: &str) -> WsError {
+    WsError::new(WsErrorCode::InvalidUserMessageContent, message, details)
+}
+
+/// The last user message of `content.messages` (OpenAI-compatible chat messages).
+fn last_user_content(object: &Map<String, Value>) -> Result<Vec<Value>, WsError> {
+    let messages = object
+        .get("content")
+        .and_then(|c| c.get("messages"))
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            bad_content(
+                "content.messages must be a list of messages",
+                "content.messages",
+            )
+        })?;
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .ok_or_else(|| bad_content("content.messages has no user message", "content.messages"))?;
+    match last.get("content") {
+        Some(Value::String(text)) => Ok(vec![json!({"type": "text", "text": text})]),
+        Some(Value::Array(parts)) => Ok(parts.clone()),
+        _ => Err(bad_content(
+            "the user message's content must be text or a list of parts",
+            "content.messages[].content",
+        )),
+    }
+}
+
+/// A URL a part may carry: http(s), s3:// or a base64 `data:` URL of an image.
+fn check_url(url: &str) -> Result<(), WsError> {
+    if let Some(data) = url.strip_prefix("data:") {
+        let Some((mime, payload)) = data.split_once(";base64,") else {
+            return Err(WsError::new(
+                WsErrorCode::InvalidDataContent,
+                "a data URL must be base64 (data:<type>;base64,...)",
+                "image_url.url",
+            ));
+        };
+        let base64ish = payload
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+        if !mime.starts_with("image/") || payload.is_empty() || !base64ish {
+            return Err(WsError::new(
+                WsErrorCode::InvalidDataContent,
+                "a data URL must hold a base64 image",
+                "image_url.url",
+            ));
+        }
+        return Ok(());
+    }
+    if url.starts_with("https://") || url.starts_with("http://") || url.starts_with("s3://") {
+        return Ok(());
+    }
+    Err(WsError::new(
+        WsErrorCode::InvalidDataContent,
+        "image_url.url must be an http(s), s3:// or data: URL",
+        "image_url.url",
+    ))
+}
+
+/// OpenAI content parts -> AG-UI blocks: text, and images as `image` parts with a URL source.
+fn to_user_content(parts: &[Value]) -> Result<UserContent, WsError> {
+    let mut blocks = Vec::new();
+    for part in parts {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
+        let block = match kind {
+            "text" => json!({"type": "text", "text": part.get("text").and_then(Value::as_str)
+                .ok_or_else(|| bad_content("a text part needs text", "content.messages[].content[].text"))?}),
+            "image_url" => {
+                let url = part
+                    .get("image_url")
+                    .and_then(|i| i.get("url"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        WsError::new(
+                            WsErrorCode::InvalidDataContent,
+                            "an image_url part needs image_url.url",
+                            "image_url.url",
+                        )
+                    })?;
+                check_url(url)?;
+                json!({"type": "image", "source": {"type": "url", "value": url}})
+            }
+            other => {
+                return Err(WsError::new(
+                    WsErrorCode::InvalidDataContent,
+                    format!("content parts must be text or image_url, not {other:?}"),
+                    "content.messages[].content[].type",
+                ));
+            }
+        };
+        let block: ContentBlock = serde_json::from_value(block)
+            .map_err(|e| bad_content(e.to_string(), "content.messages[].content"))?;
+        blocks.push(block);
+    }
+    let content = UserContent::Blocks(blocks);
+    let text = content.text();
+    if text.trim().is_empty() {
+        return Err(bad_content(
+            "the user message has no text",
+            "content.messages[].content",
+        ));
+    }
+    if text.chars().count() > MAX_TEXT_CHARS {
+        return Err(bad_content(
+            format!("the user message is longer than {MAX_TEXT_CHARS} characters"),
+            "content.messages[].content",
+        ));
+    }
+    Ok(content)
+}
+
+/// Reads one client message.
+pub fn parse_inbound(raw: &str) -> Result<Inbound, WsError> {
+    if raw.len() > MAX_WS_MESSAGE_BYTES {
+        return Err(WsError::new(
+            WsErrorCode::InvalidMessage,
+            format!("a message may be at most {MAX_WS_MESSAGE_BYTES} bytes"),
+            "size",
+        ));
+    }
+    let value: Value = serde_json::from_str(raw).map_err(|e| {
+        WsError::new(
+            WsErrorCode::InvalidMessage,
+            format!("message is not valid JSON: {e}"),
+            "json",
+        )
+    })?;
+    let object = value.as_object().ok_or_else(|| {
+        WsError::new(
+            WsErrorCode::InvalidMessage,
+            "message must be a JSON object",
+            "json",
+        )
+    })?;
+    let kind = field(object, "type")?;
+    match kind {
+        "user_message" => {
+            let id = field(object, "id")?.to_owned();
+            let conversation_id = conversation(object, "conversation_id")?;
+            let parts = last_user_content(object)?;
+            Ok(Inbound::UserMessage {
+                id,
+                conversation_id,
+                content: to_user_content(&parts)?,
+            })
+        }
+        "user_interaction_message" => {
+            let id = field(object, "id")?.to_owned();
+            let conversation_id = conversation(object, "conversation_id")?;
+            let parent_id = field(object, "parent_id")?.to_owned();
+            let parts = last_user_content(object)?;
+            let answer = to_user_content(&parts)?.text();
+            Ok(Inbound::UserInteraction {
+                id,
+                conversation_id,
+                parent_id,
+                answer,
+            })
+        }
+        "chat" => {
+            let message = field(object, "message")?;
+            if message.chars().count() > MAX_TEXT_CHARS {
+                return Err(bad_content(
+                    format!("message is longer than {MAX_TEXT_CHARS} characters"),
+                    "message",
+                ));
+            }
+            let session_id = conversation(object, "session_id")?;
+            let content_urls = match object.get("content_urls") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(urls)) => urls
+                    .iter()
+                    .map(|u| {
+                        u.as_str().map(str::to_owned).ok_or_else(|| {
+                            WsError::new(
+                                WsErrorCode::InvalidDataContent,
+                                "content_urls must be a list of s3:// URLs",
+                                "content_urls",
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => {
+                    return Err(WsError::new(
+                        WsErrorCode::InvalidDataContent,
+                        "content_urls must be a list of s3:// URLs",
+                        "content_urls",
+                    ));
+                }
+            };
+            Ok(Inbound::Chat {
+                message: message.to_owned(),
+                session_id,
+                content_urls,
+            })
+        }
+        "system_intermediate_message"
+        | "system_response_message"
+        | "system_interaction_message"
+        | "observability_trace_message"
+        | "error_message" => Err(WsError::new(
+            WsErrorCode::InvalidMessageType,
+            format!("{kind} is sent by the server, not by clients"),
+            "type",
+        )),
+        other => Err(WsError::new(
+            WsErrorCode::InvalidMessageType,
+            format!("type must be user_message, user_interaction_message or chat, not {other:?}"),
+            "type",
+        )),
+    }
+}
+
+/// Turns one run's events into server messages for a WebSocket client.
+#[derive(Debug, Clone)]
+pub struct WsMapper {
+    conversation_id: String,
+    parent_id: String,
+    trace_id: Option<String>,
+    /// Open tool calls: id -> (name, arguments so far).
+    tools: std::collections::HashMap<String, (String, String)>,
+}
+
+impl WsMapper {
+    /// A mapper for the run answering the user message `parent_id`.
+    pub fn new(conversation_id: &str, parent_id: &str, trace_id: Option<String>) -> Self {
+        Self {
+            conversation_id: conversation_id.to_owned(),
+            parent_id: parent_id.to_owned(),
+            trace_id,
+            tools: std::collections::HashMap::new(),
+        }
+    }
+
+    fn message(
+        &self,
+        kind: WsType,
+        id: String,
+        content: Value,
+        status: Option<WsStatus>,
+        at: DateTime<Utc>,
+    ) -> WsMessage {
+        WsMessage {
+            kind,
+            id,
+            thread_id: Some(Some(self.conversation_id.clone())),
+            parent_id: Some(self.parent_id.clone()),
+            intermediate_parent_id: (kind == WsType::SystemIntermediateMessage)
+                .then(|| "default".to_owned()),
+            conversation_id: Some(self.conversation_id.clone()),
+            content,
+            status,
+            timestamp: timestamp(at),
+        }
+    }
+
+    /// The messages for one event; `now` sets a prompt's remaining time.
+    /// Every message's id is `<runId>:<seq>` of its event (a prompt's is the prompt id), so a
+    /// client can name the last one it got when it reconnects.
+    pub fn map(&mut self, event: &RunEventV1, now: DateTime<Utc>) -> Vec<WsMessage> {
+        let at = event.emitted_at;
+        let id = format!("{}:{}", event.run_id, event.seq);
+        let intermediate = |this: &Self, id: &String, name: &str, payload: String, status| {
+            this.message(
+                WsType::SystemIntermediateMessage,
+                id.clone(),
+                json!({"name": name, "payload": payload}),
+                Some(status),
+                at,
+            )
+        };
+        match &event.event {
+            Event::RunStarted { .. } => self
+                .trace_id
+                .clone()
+                .map(|trace| {
+                    let mut m = self.message(
+                        WsType::ObservabilityTraceMessage,
+                        id.clone(),
+                        json!({"observability_trace_id": trace}),
+                        None,
+                        at,
+                    );
+                    m.thread_id = None;
+                    vec![m]
+                })
+                .unwrap_or_default(),
+            Event::TextMessageContent { delta, .. } if !delta.is_empty() => vec![self.message(
+                WsType::SystemResponseMessage,
+                id.clone(),
+                json!({"text": delta}),
+                Some(WsStatus::InProgress),
+                at,
+            )],
+            Event::StepStarted { step_name } => vec![intermediate(
+                self,
+                &id,
+                step_name,
+                String::new(),
+                WsStatus::InProgress,
+            )],
+            Event::StepFinished { step_name } => vec![intermediate(
+                self,
+                &id,
+                step_name,
+                String::new(),
+                WsStatus::Completed,
+            )],
+            Event::ToolCallStart {
+                tool_call_id,
+                tool_call_name,
+                ..
+            } => {
+                self.tools.insert(
+                    tool_call_id.clone(),
+                    (tool_call_name.clone(), String::new()),
+                );
+                vec![intermediate(
+                    self,
+                    &id,
+                    tool_call_name,
+                    String::new(),
+                    WsStatus::InProgress,
+                )]
+            }
+            Event::ToolCallArgs {
+                tool_call_id,
+                delta,
+            } => {
+                if let Some((_, args)) = self.tools.get_mut(tool_call_id) {
+                    args.push_str(delta);
+                }
+                Vec::new()
+            }
+            Event::ToolCallEnd { tool_call_id } => {
+                let (name, args) = self.tools.get(tool_call_id).cloned().unwrap_or_default();
+                vec![intermediate(self, &id, &name, args, WsStatus::Completed)]
+            }
+            Event::ToolCallResult {
+                tool_call_id,
+                content,
+                ..
+            } => {
+                let name = self
+                    .tools
+                    .get(tool_call_id)
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or_default();
+                vec![intermediate(
+                    self,
+                    &id,
+                    &name,
+                    content.clone(),
+                    WsStatus::Completed,
+                )]
+            }
+            Event::Custom { name, value } if name == INTERACTION_TIMEOUT_EVENT => {
+                let prompt_id = value
+                    .get("promptId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let error = value
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or(crate::interaction::DEFAULT_PROMPT_ERROR);
+                let mut m = WsError::new(WsErrorCode::WorkflowError, error, "TimeoutError")
+                    .to_message(
+                        format!("{prompt_id}-timeout"),
+                        Some(&self.conversation_id),
+                        Some(prompt_id),
+                        at,
+                    );
+                m.status = Some(WsStatus::Failed);
+                vec![m]
+            }
+            Event::RunFinished { outcome, .. } => {
+                let interrupts = outcome
+                    .as_ref()
+                    .filter(|o| o.get("type").and_then(Value::as_str) == Some("interrupt"))
+                    .and_then(|o| o.get("interrupts"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut out = vec![self.message(
+                    WsType::SystemResponseMessage,
+                    id.clone(),
+                    json!({"text": ""}),
+                    Some(WsStatus::Completed),
+                    at,
+                )];
+                for interrupt in interrupts {
+                    if let Some(m) = self.interaction(&interrupt, now, at) {
+                        out.push(m);
+                    }
+                }
+                out
+            }
+            Event::RunError { message, code } => vec![
+                WsError::new(
+                    WsErrorCode::WorkflowError,
+                    message.clone(),
+                    code.clone().unwrap_or_else(|| "run_error".to_owned()),
+                )
+                .to_message(
+                    id.clone(),
+                    Some(&self.conversation_id),
+                    Some(&self.parent_id),
+                    at,
+                ),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The `system_interaction_message` of an AG-UI interrupt, with the time left at `now`.
+    fn interaction(
+        &self,
+        interrupt: &Value,
+        now: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> Option<WsMessage> {
+        let id = interrupt.get("id")?.as_str()?.to_owned();
+        let mut prompt: Prompt =
+            serde_json::from_value(interrupt.get("metadata")?.get("prompt")?.clone()).ok()?;
+        if let Some(expires) = interrupt
+            .get("expiresAt")
+            .and_then(Value::as_str)
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        {
+            let ms = (expires.with_timezone(&Utc) - now)
+                .num_milliseconds()
+                .max(0);
+            prompt.timeout = Some(u64::try_from(ms).unwrap_or(0).div_ceil(1000));
+        }
+        Some(self.message(
+            WsType::SystemInteractionMessage,
+            id,
+            serde_json::to_value(prompt).ok()?,
+            Some(WsStatus::InProgress),
+            at,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(raw: &str) -> WsErrorCode {
+        parse_inbound(raw).unwrap_err().code
+    }
+
+    #[test]
+    fn the_seed_user_message_example_is_read_as_its_last_user_message() {
+        let seed = json!({
+            "type": "user_message", "schema_type": "string", "id": "string", "conversation_id": "string",
+            "content": {"messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Hello, how are you?"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "im good"}]},
+                {"role": "user", "content": [{"type": "text", "text": "solve this question"}]}
+            ]},
+            "timestamp": "string", "user": {"name": "string", "email": "string"},
+            "security": {"api_key": "string", "token": "string"},
+            "error": {"code": "string", "message": "string", "details": "string"},
+            "schema_version": "string"
+        });
+        let Ok(Inbound::UserMessage {
+            id,
+            conversation_id,
+            content,
+        }) = parse_inbound(&seed.to_string())
+        else {
+            panic!("not a user message");
+        };
+        assert_eq!(
+            (id.as_str(), conversation_id.as_str()),
+            ("string", "string")
+        );
+        assert_eq!(content.text(), "solve this question");
+    }
+
+    #[test]
+    fn every_error_code_a_client_can_cause_has_a_failing_message() {
+        assert_eq!(code("{not json"), WsErrorCode::InvalidMessage);
+        assert_eq!(
+            code(r#"{"type":"user_message","conversation_id":"c","content":{"messages":[]}}"#),
+            WsErrorCode::InvalidMessage,
+        );
+        assert_eq!(
+            code(r#"{"type":"telepathy"}"#),
+            WsErrorCode::InvalidMessageType
+        );
+        assert_eq!(
+            code(r#"{"type":"system_response_message"}"#),
+            WsErrorCode::InvalidMessageType
+        );
+        assert_eq!(
+            code(
+                r#"{"type":"user_message","id":"m","conversation_id":"c","content":{"messages":[{"role":"assistant","content":"x"}]}}"#
+            ),
+            WsErrorCode::InvalidUserMessageContent
+        );
+        assert_eq!(
+            code(
+                r#"{"type":"user_message","id":"m","conversation_id":"c","content":{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,!!"}}]}]}}"#
+            ),
+            WsErrorCode::InvalidDataContent
+        );
+        let long = "x".repeat(129);
+        let err = parse_inbound(
+            &json!({"type": "chat", "message": "hi", "session_id": long}).to_string(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (err.code, err.details.as_str()),
+            (WsErrorCode::InvalidMessage, "session_id")
+        );
+    }
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Benchmarks the runs service's event streams (GET /api/v1/agent/runs/{runId}/events, release
+# build) without a worker: the benchmark binaries play the worker, publishing each run's events to
+# JetStream exactly as services/worker/src/sink.rs does. Prints two markdown tables:
+#
+# 1. latency (sse-latency): worker publish -> SSE client receipt, p50/p90/p99/max, measured from
+#    the publish start and from the JetStream ack, beside a raw core NATS subscriber on the same
+#    subjects (what NATS alone costs) and the per-event difference SSE - NATS (what the service
+#    adds); 1 run, then 50 concurrent runs at two total rates.
+# 2. idle streams (sse-idle): RSS, CPU, NATS traffic and JetStream consumers of a fresh runs
+#    instance holding BENCH_STREAMS (10,000) idle streams on one run for BENCH_HOLD_SECONDS (45),
+#    a fresh run's latency while holding them vs before, and one event fanned out to all of them.
+#
+# Everything is on loopback. Every load is bounded in time (each binary's own limits and
+# `timeout`). Infrastructure is started if needed and left running; the processes started here are
+# stopped on exit and the NATS streams of the fresh prefix deleted (BENCH_KEEP_STREAMS=1 keeps
+# them). Raw results go to BENCH_OUT (default .data/bench/streams-<time>).
+#
+# Settings (environment): BENCH_STREAMS (10000), BENCH_HOLD_SECONDS (45), BENCH_OPEN_CONCURRENCY
+# (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 to run one half only, BENCH_ALLOW_STALE_RUNS=1 to
+# measure the last switchboard-runs binary built when the tree does not build.
+source "$(dirname "$0")/lib/common.sh"
+cd "$ROOT"
+
+STREAMS="${BENCH_STREAMS:-10000}"
+HOLD="${BENCH_HOLD_SECONDS:-45}"
+OPEN_CONCURRENCY="${BENCH_OPEN_CONCURRENCY:-64}"
+OUT="${BENCH_OUT:-$DATA/bench/streams-$(date +%Y%m%dT%H%M%S)}"
+BIN="$ROOT/target/release"
+mkdir -p "$OUT"
+
+# Both the runs service and the client hold one socket per stream.
+want_fds=$((STREAMS + 2000))
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+[ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge "$want_fds" ] ||
+  die "open files limit $(ulimit -n) < $want_fds; raise the hard limit (ulimit -Hn) or lower BENCH_STREAMS"
+
+"$ROOT/scripts/infra.sh"
+log "building switchboard-runs and switchboard-bench (release)"
+cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --bin sse-idle
+# js-publish-loop only deletes the prefix's streams at exit; an older binary does that as well.
+cargo build --release --locked --quiet -p switchboard-bench --bin js-publish-loop 2>/dev/null ||
+  log "js-publish-loop does not build; the last binary built (if any) deletes the streams"
+if ! cargo build --release --locked --quiet -p switchboard-runs; then
+  # The tree may be mid-edit; BENCH_ALLOW_STALE_RUNS=1 measures the last binary that built.
+  [ "${BENCH_ALLOW_STALE_RUNS:-0}" = 1 ] && [ -x "$BIN/switchboard-runs" ] ||
+    die "switchboard-runs does not build (BENCH_ALLOW_STALE_RUNS=1 uses the last binary built)"
+  log "WARNING: switchboard-runs does not build; measuring the binary of $(date -r "$BIN/switchboard-runs" '+%F %T')"
+fi
+RUNS_BUILT="$(date -r "$BIN/switchboard-runs" '+%F %T')"
+
+# ---------------------------------------------------------------- processes, cleaned up on exit
+PREFIX="bench$(date +%s)$((RANDOM % 10000))"
+export SB_NATS_PREFIX="$PREFIX"
+NATS_URL="nats://127.0.0.1:$NATS_PORT"
+MONITOR_URL="http://127.0.0.1:$NATS_MONITOR_PORT"
+RUNS_PID=""
+RUNS_PORT=""
+
+stop_runs() {
+  [ -n "$RUNS_PID" ] || return 0
+  kill -TERM "$RUNS_PID" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$RUNS_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$RUNS_PID" 2>/dev/null || true
+  wait "$RUNS_PID" 2>/dev/null || true
+  RUNS_PID=""
+}
+
+cleanup() {
+  local status=$?
+  stop_runs
+  if [ "${BENCH_KEEP_STREAMS:-0}" != 1 ] && [ -x "$BIN/js-publish-loop" ]; then
+    timeout 30 "$BIN/js-publish-loop" --mode cleanup --prefix "$PREFIX" --nats-url "$NATS_URL" \
+      >"$OUT/cleanup.json" 2>>"$OUT/cleanup.log" || log "could not delete the streams of $PREFIX"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_runs NAME: a fresh runs instance (log in $OUT/NAME.log); sets RUNS_PID and RUNS_PORT.
+start_runs() {
+  RUNS_PORT="$(free_port)"
+  service_env >"$OUT/runs.env"
+  (
+    set -a; source "$OUT/runs.env"; set +a
+    export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 \
+      SB_RUNS_RATE_BURST=100000000 RUST_LOG=warn
+    exec "$BIN/switchboard-runs"
+  ) >"$OUT/$1.log" 2>&1 &
+  RUNS_PID=$!
+  wait_until "runs" 60 curl -fs "http://127.0.0.1:$RUNS_PORT/readyz"
+  log "runs on :$RUNS_PORT (pid $RUNS_PID), NATS prefix $PREFIX"
+}
+
+OWNER=bench
+TOKEN="$("$ROOT/scripts/token.sh" "$OWNER" 7200)"
+NATS_PID="$(cat "$DATA/nats.pid" 2>/dev/null || true)"
+kill -0 "$NATS_PID" 2>/dev/null || NATS_PID=""
+TICKS="$(getconf CLK_TCK)"
+cpu_seconds() {
+  [ -n "$1" ] && [ -r "/proc/$1/stat" ] || { echo ""; return; }
+  sed 's/^.*) //' "/proc/$1/stat" | awk -v t="$TICKS" '{ printf "%.2f", ($12 + $13) / t }'
+}
+common_args() {
+  echo --url "http://127.0.0.1:$RUNS_PORT" --token "$TOKEN" --owner "$OWNER" \
+    --prefix "$PREFIX" --nats-url "$NATS_URL"
+}
+
+# latency NAME RUNS EVENTS RATE: one sse-latency run; $OUT/NAME.json gets its line plus the CPU
+# seconds the runs service and nats-server used meanwhile.
+latency() {
+  local name="$1" runs="$2" events="$3" rate="$4" r0 n0
+  log "sse-latency $name: $runs runs x $events events, $rate events/s in total"
+  r0="$(cpu_seconds "$RUNS_PID")"; n0="$(cpu_seconds "$NATS_PID")"
+  # shellcheck disable=SC2046
+  timeout 300 "$BIN/sse-latency" $(common_args) --runs "$runs" --events "$events" \
+    --rate "$rate" --warmup 10 --max-seconds 200 --label "$name" \
+    >"$OUT/$name.out" 2>"$OUT/$name.err" || { log "$name failed:"; cat "$OUT/$name.err" >&2; exit 1; }
+  python3 - "$OUT/$name" "$r0" "$(cpu_seconds "$RUNS_PID")" "$n0" "$(cpu_seconds "$NATS_PID")" <<'PY'
+import json, sys
+path, r0, r1, n0, n1 = sys.argv[1:]
+result = json.loads(open(path + ".out").read().strip().splitlines()[-1])
+d = lambda a, b: round(float(b) - float(a), 2) if a and b else None
+result.update(runs_cpu_s=d(r0, r1), nats_cpu_s=d(n0, n1))
+json.dump(result, open(path + ".json", "w"))
+PY
+}
+
+# ---------------------------------------------------------------- 1. latency
+if [ "${BENCH_SKIP_LATENCY:-0}" != 1 ]; then
+  start_runs runs-latency
+  latency warmup 5 50 500
+  latency lat-1 1 1000 100
+  latency lat-50 50 100 200
+  latency lat-50-fast 50 200 1000
+  stop_runs
+fi
+
+# ---------------------------------------------------------------- 2. idle streams
+if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
+  start_runs runs-idle
+  log "sse-idle: $STREAMS streams, held ${HOLD}s, opened $OPEN_CONCURRENCY at a time"
+  # shellcheck disable=SC2046
+  timeout $((HOLD + 600)) "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" \
+    --nats-pid "${NATS_PID:-0}" --monitor-url "$MONITOR_URL" --streams "$STREAMS" \
+    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds "$HOLD" \
+    >"$OUT/idle.json" 2>"$OUT/idle.err" || { log "sse-idle failed:"; cat "$OUT/idle.err" >&2; exit 1; }
+  stop_runs
+fi
+
+# ---------------------------------------------------------------- report
+{
+  echo "machine: $(nproc) cores, $(free -h | awk '/^Mem:/ { print $2 }') memory, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
+  echo "runs binary built $RUNS_BUILT; streams: $STREAMS held ${HOLD}s; NATS prefix $PREFIX; raw results in $OUT"
+  echo
+  python3 "$ROOT/scripts/bench/streams-report.py" "$OUT"
+} | tee "$OUT/summary.md"

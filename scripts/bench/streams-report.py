@@ -1,0 +1,95 @@
+"""Markdown tables of scripts/bench-streams.sh: python3 streams-report.py OUT_DIR."""
+import json
+import os
+import sys
+
+out = sys.argv[1]
+
+
+def load(name):
+    path = os.path.join(out, name + ".json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def ms(summary, key):
+    v = (summary or {}).get(key)
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+LOADS = [
+    ("lat-1", "1 run, 100 events/s"),
+    ("lat-50", "50 runs, 200 events/s in total"),
+    ("lat-50-fast", "50 runs, 1,000 events/s in total"),
+]
+rows = [(label, load(name)) for name, label in LOADS if load(name)]
+if rows:
+    print("Latency, worker publish -> SSE client (ms; one monotonic clock, one process):")
+    print()
+    print("| load | events | SSE after publish p50 | p90 | p99 | max | SSE after ack p50 | p99 "
+          "| core NATS after publish p50 | p99 | added by the service (SSE - NATS) p50 | p99 | max |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, r in rows:
+        s, a, n, d = (r[k] for k in ["sse_after_publish", "sse_after_ack", "nats_after_publish",
+                                     "sse_minus_nats"])
+        print(f"| {label} | {s['count']} | {ms(s, 'p50_ms')} | {ms(s, 'p90_ms')} | "
+              f"{ms(s, 'p99_ms')} | {ms(s, 'max_ms')} | {ms(a, 'p50_ms')} | {ms(a, 'p99_ms')} | "
+              f"{ms(n, 'p50_ms')} | {ms(n, 'p99_ms')} | {ms(d, 'p50_ms')} | {ms(d, 'p99_ms')} | "
+              f"{ms(d, 'max_ms')} |")
+    print()
+    print("| load | achieved events/s | publish -> ack p50 | p99 | runs CPU ms/event "
+          "| nats-server CPU ms/event | lost on SSE | out of order |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, r in rows:
+        k = r["published"] or 1
+        cpu = lambda key: "n/a" if r.get(key) is None else f"{r[key] * 1000 / k:.3f}"
+        print(f"| {label} | {r['rate_per_s']:.0f} | {ms(r['publish_to_ack'], 'p50_ms')} | "
+              f"{ms(r['publish_to_ack'], 'p99_ms')} | {cpu('runs_cpu_s')} | {cpu('nats_cpu_s')} | "
+              f"{r['missing_sse']} | {r['order_errors']} |")
+    print()
+
+idle = load("idle")
+if idle:
+    s = {x["label"]: x for x in idle["samples"]}
+    rss = lambda label: s[label]["runs"]["rss_kib"]
+    opened = idle["streams_opened"]
+    before, held, closed = rss("before"), rss("held"), rss("closed")
+    dt = s["held"]["t_s"] - s["opened"]["t_s"]
+    cpu_runs = s["held"]["runs"]["cpu_s"] - s["opened"]["runs"]["cpu_s"]
+    nats = (s["held"].get("nats_server_cpu_s") or 0) - (s["opened"].get("nats_server_cpu_s") or 0)
+    conn = lambda label, key: (s[label].get("runs_nats_connection") or {}).get(key)
+    in_msgs = (conn("held", "in_msgs") - conn("opened", "in_msgs")
+               if isinstance(conn("held", "in_msgs"), int) and isinstance(conn("opened", "in_msgs"), int)
+               else None)
+    cons = lambda label: (s[label]["consumers"] or {}).get("total") if isinstance(s[label]["consumers"], dict) else s[label]["consumers"]
+    pb, pd = idle["probe_before"]["sse_after_publish"], idle["probe_during"]["sse_after_publish"]
+    f = idle["fanout"]
+    hb = idle["heartbeats_per_stream"]
+    mib = lambda kib: f"{kib / 1024:.1f} MiB"
+    print(f"Idle streams: one runs instance, {opened:,} SSE streams on one run, held {idle['held_seconds']:.0f} s:")
+    print()
+    print("| measure | value |")
+    print("|---|---:|")
+    print(f"| streams opened (errors) | {opened:,} ({idle['open_errors']}) in {idle['open_seconds']:.1f} s, "
+          f"{idle['open_concurrency']} at a time; open p50 {ms(idle['open_latency'], 'p50_ms')} ms, "
+          f"p99 {ms(idle['open_latency'], 'p99_ms')} ms |")
+    print(f"| alive at the end of the hold | {idle['alive_at_end_of_hold']:,} |")
+    print(f"| runs RSS before / holding / after they ended | {mib(before)} / {mib(held)} / {mib(closed)} "
+          f"(VmHWM {mib(s['closed']['runs']['hwm_kib'])}) |")
+    print(f"| RSS per idle stream | {(held - before) / max(opened, 1):.1f} KiB |")
+    print(f"| runs open fds holding | {s['held']['runs']['fds']:,} |")
+    print(f"| runs CPU while holding | {cpu_runs:.2f} s in {dt:.0f} s ({100 * cpu_runs / dt:.1f}% of a core) |")
+    print(f"| nats-server CPU while holding | {nats:.2f} s in {dt:.0f} s |")
+    if in_msgs is not None:
+        print(f"| messages from runs to NATS while holding | {in_msgs:,} ({in_msgs / dt:.0f}/s; "
+              f"{in_msgs / max(opened, 1):.2f} per stream) |")
+    print(f"| JetStream consumers of the prefix: before / holding | {cons('before')} / {cons('held')} |")
+    print(f"| heartbeats per stream (min / median / max) | {hb['min']} / {hb['p50']} / {hb['max']} |")
+    print(f"| new run's events, before the streams: SSE after publish p50 / p99 / max (ms) | "
+          f"{ms(pb, 'p50_ms')} / {ms(pb, 'p99_ms')} / {ms(pb, 'max_ms')} ({pb['count']} events) |")
+    print(f"| the same while holding them | {ms(pd, 'p50_ms')} / {ms(pd, 'p99_ms')} / "
+          f"{ms(pd, 'max_ms')} ({pd['count']} events) |")
+    print(f"| one event to all {opened:,} streams: received, p50 / p99 / last (ms) | {f['received']:,}, "
+          f"{ms(f['latency'], 'p50_ms')} / {ms(f['latency'], 'p99_ms')} / {f['last_arrival_ms']:.1f} |")
+    print()
+    print("RSS of the runs instance while holding (every 2 s from the end of the opening):")
+    print(" ".join(f"{p['t_s']:.0f}s={p['rss_kib'] / 1024:.0f}MiB" for p in idle["timeline"]))
