@@ -75,12 +75,28 @@ impl EventHub {
         tokio::spawn(async move {
             let mut live = std::pin::pin!(subscription.take_until(shutdown.cancelled_owned()));
             while let Some(message) = live.next().await {
+                // The subject ends with the task id: events nobody here reads are not parsed.
+                let listened = message
+                    .subject
+                    .rsplit('.')
+                    .next()
+                    .and_then(|id| Uuid::try_parse(id).ok())
+                    .is_some_and(|task_id| dispatch.has_readers(task_id));
+                if !listened {
+                    continue;
+                }
                 if let Ok(RunEventMessage::V1(event)) = serde_json::from_slice(&message.payload) {
                     dispatch.dispatch(event);
                 }
             }
         });
         Ok(hub)
+    }
+
+    fn has_readers(&self, task_id: Uuid) -> bool {
+        self.readers
+            .lock()
+            .is_ok_and(|readers| readers.contains_key(&task_id))
     }
 
     fn dispatch(&self, event: RunEventV1) {

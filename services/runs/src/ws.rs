@@ -37,6 +37,8 @@ use crate::routes::{ApiError, start_run};
 
 /// Server messages queued per connection before the slowest reader holds its runs back.
 const OUTBOX: usize = 1024;
+/// How often a connection is pinged.
+const PING: Duration = Duration::from_secs(20);
 /// How often a run stopped on a prompt checks whether it was answered elsewhere.
 const PROMPT_POLL: Duration = Duration::from_millis(300);
 
@@ -138,15 +140,21 @@ impl Session {
         let (mut sink, mut inbound) = socket.split();
         let (out, mut outbox) = mpsc::channel::<WsMessage>(OUTBOX);
         let writer = tokio::spawn(async move {
-            while let Some(message) = outbox.recv().await {
-                let Ok(text) = serde_json::to_string(&message) else {
-                    continue;
+            // A ping every PING keeps proxies from closing a quiet connection.
+            let mut ping = tokio::time::interval(PING);
+            ping.tick().await;
+            loop {
+                let frame = tokio::select! {
+                    message = outbox.recv() => match message {
+                        Some(message) => match serde_json::to_string(&message) {
+                            Ok(text) => Message::Text(Utf8Bytes::from(text)),
+                            Err(_) => continue,
+                        },
+                        None => break,
+                    },
+                    _ = ping.tick() => Message::Ping(bytes::Bytes::new()),
                 };
-                if sink
-                    .send(Message::Text(Utf8Bytes::from(text)))
-                    .await
-                    .is_err()
-                {
+                if sink.send(frame).await.is_err() {
                     break;
                 }
             }
@@ -452,7 +460,15 @@ impl Session {
                 } else {
                     next_run.clone()
                 };
-                let mapper = WsMapper::new(&last.thread_id, &parent, None);
+                let trace = self
+                    .state
+                    .runs
+                    .task(self.owner.as_str(), &next_run)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|t| t.trace_id);
+                let mapper = WsMapper::new(&last.thread_id, &parent, trace);
                 Box::pin(self.forward(record.task_id, 0, mapper, false)).await;
                 return;
             }
