@@ -109,3 +109,53 @@ async fn agui_http_agent_runs_a_two_turn_conversation_and_the_server_keeps_it_on
         .collect();
     assert_eq!(kept, messages);
 }
+
+#[tokio::test]
+async fn agui_http_agent_gets_an_interrupt_and_answers_it_with_its_own_resume() {
+    let root = workspace_root();
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let thread = format!("agui-{}", uuid::Uuid::new_v4());
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("node")
+            .arg("tests/agui/driver.mjs")
+            .env(
+                "SB_AGUI_URL",
+                format!("{}/api/v1/agent/ag-ui", platform.urls.runs),
+            )
+            .env("SB_TOKEN", &alice)
+            .env("SB_THREAD_ID", &thread)
+            .env("SB_TURNS", r#"["/ask radio:120 Notify how?"]"#)
+            .env("SB_ANSWER", "sms")
+            .current_dir(&root)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the driver finished in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "HttpAgent failed: {stderr}\n{stdout}"
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    // The client parsed our RUN_FINISHED as an interrupt outcome and holds it.
+    let pending = report["pendingInterrupts"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{report:#}");
+    assert_eq!(pending[0]["reason"], "human_input");
+    assert_eq!(
+        pending[0]["responseSchema"]["enum"],
+        serde_json::json!(["email", "sms", "push"])
+    );
+    assert!(pending[0]["expiresAt"].as_str().is_some());
+    // Its own resume answered it; the agent got the answer; nothing is pending any more.
+    let resumed = &report["resumed"];
+    assert_eq!(resumed["pendingAfter"], serde_json::json!([]));
+    assert_eq!(
+        resumed["newMessages"][0]["content"], "You answered: sms",
+        "{resumed:#}"
+    );
+}
