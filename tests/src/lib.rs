@@ -151,6 +151,7 @@ impl TestPlatform {
             concurrency: 4,
             ack_wait: Duration::from_secs(30),
             openai: None,
+            s3: Some(s3.clone()),
         })
         .await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");

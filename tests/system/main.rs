@@ -2,6 +2,7 @@
 
 mod admission;
 mod agui;
+mod attachment_content;
 mod browser;
 mod first_run;
 mod history_days;

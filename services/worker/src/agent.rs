@@ -10,14 +10,19 @@ use protocol::run_input::Message;
 use protocol::tools::build_tools_prompt;
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints, UiHintsEvent, UiStatus};
 
+use crate::attachments::AttachmentContent;
 use crate::sink::EventSink;
 
-/// What the worker gives an agent: the task and the prompt it built for it.
+/// What the worker gives an agent: the task, the prompt it built for it, and the content of
+/// the user message's files.
 pub struct ModelInput<'a> {
     /// The accepted task.
     pub task: &'a RunTaskV1,
     /// System prompt: the tools block of `build_tools_prompt` (empty without tools).
     pub system_prompt: String,
+    /// The user message's files (`task.attachments`, at most 3), read and extracted, or why
+    /// they could not be.
+    pub attachments: Vec<AttachmentContent>,
 }
 
 impl<'a> ModelInput<'a> {
@@ -27,7 +32,54 @@ impl<'a> ModelInput<'a> {
         Self {
             task,
             system_prompt: build_tools_prompt(tools),
+            attachments: Vec::new(),
         }
+    }
+
+    /// The same input with the content of the user message's files.
+    #[must_use]
+    pub fn with_attachments(mut self, attachments: Vec<AttachmentContent>) -> Self {
+        self.attachments = attachments;
+        self
+    }
+
+    /// The attachments as OpenAI content parts for the user message: a text part per file
+    /// (its text, or a header naming it, or why it is missing), followed by an `image_url`
+    /// part (a `data:` URL) for an image.
+    pub fn attachment_parts(&self) -> Vec<serde_json::Value> {
+        let mut parts = Vec::with_capacity(self.attachments.len() * 2);
+        for attachment in &self.attachments {
+            let name = attachment.file.name();
+            match &attachment.content {
+                Ok(extracted) => {
+                    parts.push(serde_json::json!({
+                        "type": "text",
+                        "text": extract::as_prompt_text(name, extracted),
+                    }));
+                    if let Some(url) = extracted.data_url() {
+                        parts.push(serde_json::json!({
+                            "type": "image_url",
+                            "image_url": {"url": url},
+                        }));
+                    }
+                }
+                Err(reason) => {
+                    let missing = extract::Extracted::Unsupported {
+                        reason: reason.clone(),
+                    };
+                    parts.push(serde_json::json!({
+                        "type": "text",
+                        "text": extract::as_prompt_text(name, &missing),
+                    }));
+                }
+            }
+        }
+        parts
+    }
+
+    /// One line per attachment saying what the agent received (the built-in agent's answer).
+    pub fn describe_attachments(&self) -> Vec<String> {
+        self.attachments.iter().map(describe).collect()
     }
 
     /// The text of the user's new message (the last user message of the input).
@@ -122,8 +174,12 @@ impl Agent for EchoAgent {
                 (input.system_prompt.clone(), None)
             } else if text.starts_with("/slow") {
                 (Self::reply(&text), Some(Duration::from_millis(200)))
-            } else {
+            } else if trimmed.starts_with('/') || input.attachments.is_empty() {
                 (Self::reply(&text), None)
+            } else {
+                // A plain message with files: the echo, then what was received of each.
+                let lines = input.describe_attachments().join("\n");
+                (format!("{}\n\n{lines}", Self::reply(&text)), None)
             };
             stream_text(sink, &reply_id, &reply, pause).await?;
             if let Some(title) = trimmed.strip_prefix("/ui ") {
@@ -137,6 +193,35 @@ impl Agent for EchoAgent {
             }
             Ok(())
         })
+    }
+}
+
+/// `Attachment <name> (<type>): <what it became>`.
+fn describe(attachment: &AttachmentContent) -> String {
+    let file = &attachment.file;
+    let head = format!("Attachment {} ({})", file.name(), file.mime_type);
+    match &attachment.content {
+        Ok(extract::Extracted::Text { text, truncated }) => {
+            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut start: String = flat.chars().take(60).collect();
+            if start.len() < flat.len() {
+                start.push('…');
+            }
+            let cut = if *truncated { " (truncated)" } else { "" };
+            format!(
+                "{head}: {} characters of text{cut}: \"{start}\"",
+                text.chars().count()
+            )
+        }
+        Ok(extract::Extracted::Image { data_base64, .. }) => {
+            let padding = data_base64.bytes().rev().take_while(|&b| b == b'=').count();
+            let bytes = (data_base64.len() / 4 * 3).saturating_sub(padding);
+            format!("{head}: image, {bytes} bytes")
+        }
+        Ok(extract::Extracted::Unsupported { reason }) => {
+            format!("{head}: not readable ({reason})")
+        }
+        Err(reason) => format!("{head}: not readable ({reason})"),
     }
 }
 
@@ -277,4 +362,125 @@ fn demo_prompt(spec: &str) -> anyhow::Result<Prompt> {
         timeout,
         error: DEFAULT_PROMPT_ERROR.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use extract::Extracted;
+    use protocol::metadata::AttachedFile;
+    use serde_json::json;
+
+    use super::*;
+
+    fn task() -> RunTaskV1 {
+        serde_json::from_value(json!({
+            "task_id": "0190c3a0-0000-7000-8000-000000000001",
+            "owner": "user-1",
+            "accepted_at": "2025-01-01T00:00:00Z",
+            "input": {"threadId": "th", "runId": "r1",
+                      "messages": [{"role": "user", "id": "u1", "content": "describe"}]},
+        }))
+        .unwrap()
+    }
+
+    fn attached(name: &str, mime: &str, content: Result<Extracted, String>) -> AttachmentContent {
+        AttachmentContent {
+            file: AttachedFile {
+                bucket: "b".to_owned(),
+                path: format!("u/{name}"),
+                mime_type: mime.to_owned(),
+                file_name: Some(name.to_owned()),
+                size_bytes: Some(10),
+            },
+            content,
+        }
+    }
+
+    fn sample() -> Vec<AttachmentContent> {
+        vec![
+            attached(
+                "report.pdf",
+                "application/pdf",
+                Ok(Extracted::Text {
+                    text: "--- Page 1 ---\nQuarterly   revenue grew\n".to_owned() + &"x".repeat(80),
+                    truncated: false,
+                }),
+            ),
+            attached(
+                "cat.png",
+                "image/png",
+                Ok(Extracted::Image {
+                    mime_type: "image/png".to_owned(),
+                    data_base64: "AAECAw==".to_owned(), // 4 bytes
+                }),
+            ),
+            attached(
+                "x.doc",
+                "application/msword",
+                Ok(Extracted::Unsupported {
+                    reason: "legacy binary Word (.doc) files cannot be read".to_owned(),
+                }),
+            ),
+            attached(
+                "gone.txt",
+                "text/plain",
+                Err("could not read gone.txt: timed out".to_owned()),
+            ),
+        ]
+    }
+
+    #[test]
+    fn each_attachment_is_described_on_a_line() {
+        let task = task();
+        let input = ModelInput::new(&task).with_attachments(sample());
+        let lines = input.describe_attachments();
+        let start = format!(
+            "--- Page 1 --- Quarterly revenue grew {}",
+            "x".repeat(60 - 38)
+        );
+        assert_eq!(
+            lines,
+            [
+                format!(
+                    "Attachment report.pdf (application/pdf): 120 characters of text: \"{start}…\""
+                ),
+                "Attachment cat.png (image/png): image, 4 bytes".to_owned(),
+                "Attachment x.doc (application/msword): not readable (legacy binary Word (.doc) files cannot be read)".to_owned(),
+                "Attachment gone.txt (text/plain): not readable (could not read gone.txt: timed out)".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn attachments_become_openai_content_parts() {
+        let task = task();
+        let plain = ModelInput::new(&task);
+        assert!(plain.attachment_parts().is_empty());
+        let input = ModelInput::new(&task).with_attachments(sample());
+        let parts = input.attachment_parts();
+        assert_eq!(parts.len(), 5, "{parts:?}");
+        assert_eq!(parts[0]["type"], "text");
+        let pdf = parts[0]["text"].as_str().unwrap();
+        assert!(
+            pdf.starts_with("[Attachment: report.pdf]\n--- Page 1 ---\nQuarterly")
+                && pdf.ends_with("[End of attachment: report.pdf]"),
+            "{pdf}"
+        );
+        assert_eq!(
+            parts[1],
+            json!({"type": "text", "text": "[Attachment: cat.png (image/png image, attached as an image)]"})
+        );
+        assert_eq!(
+            parts[2],
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAECAw=="}})
+        );
+        assert_eq!(
+            parts[3]["text"],
+            "[Attachment: x.doc (content not included: legacy binary Word (.doc) files cannot be read)]"
+        );
+        assert_eq!(
+            parts[4]["text"],
+            "[Attachment: gone.txt (content not included: could not read gone.txt: timed out)]"
+        );
+    }
 }

@@ -24,6 +24,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::agent::{Agent, ModelInput};
+use crate::attachments::AttachmentReader;
 use crate::sink::EventSink;
 
 /// How soon a run waiting for its thread (policy `enqueue`) is offered again.
@@ -42,6 +43,8 @@ pub(crate) struct RunConsumer {
     /// The RUN_EVENTS stream (read when ending a lost run).
     events: jetstream::stream::Stream,
     agent: Arc<dyn Agent>,
+    /// Reads the user message's files; `None` without S3 settings.
+    reader: Option<AttachmentReader>,
     concurrency: usize,
     /// How often a long run's progress is reported (a third of the consumer's ack wait).
     heartbeat: Duration,
@@ -61,6 +64,7 @@ impl RunConsumer {
         js: jetstream::Context,
         names: Names,
         agent: Arc<dyn Agent>,
+        reader: Option<AttachmentReader>,
         concurrency: usize,
         ack_wait: Duration,
     ) -> anyhow::Result<Self> {
@@ -89,6 +93,7 @@ impl RunConsumer {
             runs: stream,
             events,
             agent,
+            reader,
             concurrency,
             heartbeat: ack_wait / 3,
             running: Arc::default(),
@@ -292,7 +297,16 @@ impl RunConsumer {
             })
             .await?;
         }
-        let input = ModelInput::new(task);
+        // The files are read (bounded per file) before the agent runs; a cancel stops waiting.
+        let attachments = if task.attachments.is_empty() {
+            Vec::new()
+        } else {
+            tokio::select! {
+                read = crate::attachments::read_all(self.reader.as_ref(), &task.attachments) => read,
+                () = token.cancelled() => Vec::new(),
+            }
+        };
+        let input = ModelInput::new(task).with_attachments(attachments);
         let result = if token.is_cancelled() {
             Err(crate::sink::Cancelled.into())
         } else {

@@ -2,6 +2,7 @@
 //! publishes every event of the run, in order, to the run's event subject.
 
 pub mod agent;
+pub mod attachments;
 mod consumer;
 mod deadlines;
 pub mod openai;
@@ -31,6 +32,11 @@ pub struct Config {
     /// The OpenAI-compatible backend (`SB_OPENAI_BASE_URL`, `SB_OPENAI_MODEL`,
     /// `SB_OPENAI_API_KEY`); the built-in deterministic agent when unset.
     pub openai: Option<openai::OpenAiConfig>,
+    /// Where the user message's files are read from: the attachments service's bucket
+    /// (`SB_S3_ENDPOINT`, `SB_S3_REGION`, `SB_S3_ACCESS_KEY`, `SB_S3_SECRET_KEY`,
+    /// `SB_S3_BUCKET`). `None` when `SB_S3_BUCKET` is unset: files are then described to the
+    /// agent as unavailable.
+    pub s3: Option<platform::s3::S3Config>,
 }
 
 impl Config {
@@ -56,6 +62,10 @@ impl Config {
             concurrency,
             ack_wait: std::time::Duration::from_secs(ack_wait_secs),
             openai: openai::OpenAiConfig::from_env(env)?,
+            s3: match env.raw("SB_S3_BUCKET") {
+                Some(_) => Some(platform::s3::S3Config::from_env(env)?),
+                None => None,
+            },
         })
     }
 }
@@ -106,11 +116,18 @@ impl Application {
     ) -> anyhow::Result<Self> {
         let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
+        let reader = config.s3.as_ref().map(attachments::AttachmentReader::new);
+        if reader.is_none() {
+            tracing::warn!(
+                "SB_S3_BUCKET is unset: attachments are described to the agent as unavailable"
+            );
+        }
         let consumer = consumer::RunConsumer::new(
             client,
             js.clone(),
             config.nats.names.clone(),
             agent,
+            reader,
             config.concurrency,
             config.ack_wait,
         )

@@ -155,10 +155,10 @@ impl Agent for OpenAiAgent {
         sink: &'a mut EventSink,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            // Content parts for the last user message (extracted attachment text, image data
-            // URLs): none yet, `ModelInput` does not carry them.
-            let extra_user_parts: &[Value] = &[];
-            let body = build_request(input, &self.config.model, extra_user_parts);
+            // Content parts for the last user message: extracted attachment text, image data
+            // URLs, or notes on files that could not be read.
+            let extra_user_parts = input.attachment_parts();
+            let body = build_request(input, &self.config.model, &extra_user_parts);
             let prefix = input.task.task_id.to_string();
             tracing::debug!(model = %self.config.model, "calling the model API");
             let mut events = until_cancelled(sink, self.stream_events(&prefix, &body)).await??;
@@ -773,6 +773,47 @@ mod tests {
         assert_eq!(seen[0].0.as_deref(), Some("Bearer sk-test"));
         assert_eq!(seen[0].1, body);
         assert_eq!(seen[0].1["tools"][0]["function"]["name"], "get_weather");
+    }
+
+    #[test]
+    fn attachment_content_goes_into_the_last_user_message() {
+        let task = task(
+            json!([{"role": "user", "id": "u1", "content": "What is in these?"}]),
+            None,
+        );
+        let file = |name: &str, mime: &str| protocol::metadata::AttachedFile {
+            bucket: "b".to_owned(),
+            path: format!("u/{name}"),
+            mime_type: mime.to_owned(),
+            file_name: Some(name.to_owned()),
+            size_bytes: None,
+        };
+        let input = ModelInput::new(&task).with_attachments(vec![
+            crate::attachments::AttachmentContent {
+                file: file("a.txt", "text/plain"),
+                content: Ok(extract::Extracted::Text {
+                    text: "hello".to_owned(),
+                    truncated: false,
+                }),
+            },
+            crate::attachments::AttachmentContent {
+                file: file("b.png", "image/png"),
+                content: Ok(extract::Extracted::Image {
+                    mime_type: "image/png".to_owned(),
+                    data_base64: "iVBO".to_owned(),
+                }),
+            },
+        ]);
+        let body = build_request(&input, "m", &input.attachment_parts());
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "What is in these?"},
+                {"type": "text", "text": "[Attachment: a.txt]\nhello\n[End of attachment: a.txt]"},
+                {"type": "text", "text": "[Attachment: b.png (image/png image, attached as an image)]"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+            ]}])
+        );
     }
 
     #[tokio::test]
