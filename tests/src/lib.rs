@@ -45,6 +45,8 @@ pub struct Options {
     pub cors_allowed_origins: Vec<String>,
     /// How long presigned upload forms stay valid.
     pub upload_ttl: Duration,
+    /// The worker's OpenAI-compatible backend (the built-in agent when `None`).
+    pub openai: Option<worker::openai::OpenAiConfig>,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             rate_burst: 10_000,
             cors_allowed_origins: Vec::new(),
             upload_ttl: Duration::from_secs(300),
+            openai: None,
         }
     }
 }
@@ -150,7 +153,7 @@ impl TestPlatform {
             nats: nats.clone(),
             concurrency: 4,
             ack_wait: Duration::from_secs(30),
-            openai: None,
+            openai: options.openai.clone(),
             s3: Some(s3.clone()),
         })
         .await?;

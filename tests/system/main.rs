@@ -7,6 +7,7 @@ mod browser;
 mod first_run;
 mod history_days;
 mod history_shapes;
+mod openai_backend;
 mod resilience;
 mod run_contract;
 mod server_upload;
