@@ -14,42 +14,48 @@ fn workspace_root() -> std::path::PathBuf {
         .to_path_buf()
 }
 
-#[tokio::test]
-async fn agui_http_agent_runs_a_two_turn_conversation_and_the_server_keeps_it_once() {
+/// Runs the HttpAgent driver with `env` and returns its report (fails on a driver error).
+async fn drive(env: &[(&str, &str)]) -> Value {
     let root = workspace_root();
     assert!(
         root.join("tests/agui/node_modules/@ag-ui/client").exists(),
         "tests/agui/node_modules is missing: run scripts/test.sh (or npm ci in tests/agui)"
     );
-    let platform = TestPlatform::spawn().await.unwrap();
-    let alice = platform.infra.token("alice");
-    let thread = format!("agui-{}", uuid::Uuid::new_v4());
-    let output = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new("node")
-            .arg("tests/agui/driver.mjs")
-            .env(
-                "SB_AGUI_URL",
-                format!("{}/api/v1/agent/ag-ui", platform.urls.runs),
-            )
-            .env("SB_TOKEN", &alice)
-            .env("SB_THREAD_ID", &thread)
-            .env("SB_TURNS", r#"["hello agent", "and again"]"#)
-            .current_dir(&root)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the driver finished in time")
-    .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg("tests/agui/driver.mjs")
+        .current_dir(&root)
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the driver finished in time")
+        .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
         "HttpAgent failed: {stderr}\n{stdout}"
     );
-    let report: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("the driver printed no JSON ({e}): {stdout}\n{stderr}"));
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("the driver printed no JSON ({e}): {stdout}\n{stderr}"))
+}
+
+#[tokio::test]
+async fn agui_http_agent_runs_a_two_turn_conversation_and_the_server_keeps_it_once() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let thread = format!("agui-{}", uuid::Uuid::new_v4());
+    let runs = format!("{}/api/v1/agent/ag-ui", platform.urls.runs);
+    let report = drive(&[
+        ("SB_AGUI_URL", &runs),
+        ("SB_TOKEN", &alice),
+        ("SB_THREAD_ID", &thread),
+        ("SB_TURNS", r#"["hello agent", "and again"]"#),
+    ])
+    .await;
 
     for (turn, text) in report["turns"]
         .as_array()
@@ -112,36 +118,18 @@ async fn agui_http_agent_runs_a_two_turn_conversation_and_the_server_keeps_it_on
 
 #[tokio::test]
 async fn agui_http_agent_gets_an_interrupt_and_answers_it_with_its_own_resume() {
-    let root = workspace_root();
     let platform = TestPlatform::spawn().await.unwrap();
     let alice = platform.infra.token("alice");
     let thread = format!("agui-{}", uuid::Uuid::new_v4());
-    let output = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new("node")
-            .arg("tests/agui/driver.mjs")
-            .env(
-                "SB_AGUI_URL",
-                format!("{}/api/v1/agent/ag-ui", platform.urls.runs),
-            )
-            .env("SB_TOKEN", &alice)
-            .env("SB_THREAD_ID", &thread)
-            .env("SB_TURNS", r#"["/ask radio:120 Notify how?"]"#)
-            .env("SB_ANSWER", "sms")
-            .current_dir(&root)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the driver finished in time")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "HttpAgent failed: {stderr}\n{stdout}"
-    );
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let runs = format!("{}/api/v1/agent/ag-ui", platform.urls.runs);
+    let report = drive(&[
+        ("SB_AGUI_URL", &runs),
+        ("SB_TOKEN", &alice),
+        ("SB_THREAD_ID", &thread),
+        ("SB_TURNS", r#"["/ask radio:120 Notify how?"]"#),
+        ("SB_ANSWER", "sms"),
+    ])
+    .await;
     // The client parsed our RUN_FINISHED as an interrupt outcome and holds it.
     let pending = report["pendingInterrupts"].as_array().unwrap();
     assert_eq!(pending.len(), 1, "{report:#}");

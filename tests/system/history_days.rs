@@ -21,30 +21,42 @@ async fn fixture(
 }
 
 #[tokio::test]
-async fn the_seed_example_comes_back_field_for_field() {
+async fn the_seed_example_with_its_ui_schema_comes_back_field_for_field_and_day_by_day() {
     let platform = TestPlatform::spawn().await.unwrap();
     let thread = "550e8400-e29b-41d4-a716-446655440000";
-    fixture(
-        &platform,
-        "alice",
-        thread,
-        &[
-            ("msg-000", "user", "昨天的问题", "2026-03-14T09:00:00Z"),
-            (
-                "msg-001",
-                "user",
-                "帮我创建一个日程",
-                "2026-03-15T10:00:00Z",
-            ),
-            (
-                "msg-002",
-                "assistant",
-                "好的,我来帮您创建日程。",
-                "2026-03-15T10:00:05Z",
-            ),
-        ],
-    )
-    .await;
+    // The agent's hints as the worker stored them; the seed's uiSchema is what they compile to.
+    let hints = json!({"ui_hints": {"title": "日程已创建", "status": "success",
+                                     "body": "您的会议日程创建成功", "locale": "zh-CN"}});
+    platform
+        .insert_history(
+            "alice",
+            thread,
+            &[
+                (
+                    "msg-000",
+                    "user",
+                    "昨天的问题",
+                    "2026-03-14T09:00:00Z",
+                    json!({}),
+                ),
+                (
+                    "msg-001",
+                    "user",
+                    "帮我创建一个日程",
+                    "2026-03-15T10:00:00Z",
+                    json!({}),
+                ),
+                (
+                    "msg-002",
+                    "assistant",
+                    "好的,我来帮您创建日程。",
+                    "2026-03-15T10:00:05Z",
+                    hints,
+                ),
+            ],
+        )
+        .await
+        .unwrap();
     let alice = platform.infra.token("alice");
     let (status, body) = platform
         .api()
@@ -60,10 +72,25 @@ async fn the_seed_example_comes_back_field_for_field() {
             "day": "2026-03-15",
             "hasMore": true,
             "messages": [
-                {"id": "msg-001", "seq": 2, "role": "user", "content": "帮我创建一个日程", "url": null,
-                 "timestamp": "2026-03-15T10:00:00Z"},
+                {"id": "msg-001", "seq": 2, "role": "user", "content": "帮我创建一个日程",
+                 "url": null, "timestamp": "2026-03-15T10:00:00Z"},
                 {"id": "msg-002", "seq": 3, "role": "assistant", "content": "好的,我来帮您创建日程。",
-                 "uiSchema": null, "timestamp": "2026-03-15T10:00:05Z"}
+                 "uiSchema": {
+                    "version": "2.0",
+                    "locale": "zh-CN",
+                    "status": "success",
+                    "theme": "default",
+                    "root": {
+                        "type": "stack",
+                        "appearance": "card",
+                        "children": [
+                            {"type": "text", "content": "日程已创建", "role": "title"},
+                            {"type": "badge", "label": "SUCCESS", "status": "success"},
+                            {"type": "text", "content": "您的会议日程创建成功", "role": "body"}
+                        ]
+                    }
+                 },
+                 "timestamp": "2026-03-15T10:00:05Z"}
             ]
         })
     );

@@ -390,17 +390,10 @@ async fn run_events(
         .await
         .map_err(ApiError::Internal)?
         .ok_or(ApiError::NotFound)?;
-    let events = state
-        .events
-        .follow(record.task_id, after, record.status.is_terminal())
-        .await
-        .map_err(|err| match err {
-            FollowError::Expired { after } => ApiError::Expired(after),
-            FollowError::Nats(e) => ApiError::Unavailable(e),
-        })?;
-    Ok(sse(events, state.shutdown.clone()))
+    follow(&state, record.task_id, after, record.status.is_terminal()).await
 }
 
+/// The SSE answer for a run just accepted here: all of its events.
 async fn stream_events(
     state: &AppState,
     accepted: &TaskAcceptedResponse,
@@ -408,9 +401,19 @@ async fn stream_events(
 ) -> Result<Response, ApiError> {
     let task_id = uuid::Uuid::try_parse(&accepted.task_id)
         .map_err(|err| ApiError::Internal(anyhow::Error::new(err)))?;
+    follow(state, task_id, after, false).await
+}
+
+/// The SSE answer with the events of `task_id` after `after` (`ended`: the run is over).
+async fn follow(
+    state: &AppState,
+    task_id: uuid::Uuid,
+    after: u64,
+    ended: bool,
+) -> Result<Response, ApiError> {
     let events = state
         .events
-        .follow(task_id, after, false)
+        .follow(task_id, after, ended)
         .await
         .map_err(|err| match err {
             FollowError::Expired { after } => ApiError::Expired(after),

@@ -56,13 +56,7 @@ pub(crate) async fn websocket(
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let Ok(Query(query)) = query else {
-        return ErrorResponse::with_field(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            "last_message_id must be <runId>:<seq>",
-            "last_message_id",
-        )
-        .into_response();
+        return bad_cursor();
     };
     let protocols: Vec<String> = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -93,15 +87,7 @@ pub(crate) async fn websocket(
     let resume_from = match query.last_message_id.as_deref().map(parse_message_id) {
         None => None,
         Some(Some(at)) => Some(at),
-        Some(None) => {
-            return ErrorResponse::with_field(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                "last_message_id must be <runId>:<seq>",
-                "last_message_id",
-            )
-            .into_response();
-        }
+        Some(None) => return bad_cursor(),
     };
     let upgrade = upgrade.max_message_size(MAX_WS_MESSAGE_BYTES);
     let upgrade = if protocols.first().is_some_and(|p| p == "bearer") {
@@ -110,6 +96,16 @@ pub(crate) async fn websocket(
         upgrade
     };
     upgrade.on_upgrade(move |socket| Session::run(state, owner, socket, resume_from))
+}
+
+fn bad_cursor() -> Response {
+    ErrorResponse::with_field(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::InvalidRequest,
+        "last_message_id must be <runId>:<seq>",
+        "last_message_id",
+    )
+    .into_response()
 }
 
 /// `<runId>:<seq>` (the run id may itself contain colons).
