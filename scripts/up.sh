@@ -46,6 +46,9 @@ Start a run:
   curl -s -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' \\
     -d '{"threadId":"550e8400-e29b-41d4-a716-446655440000","runId":"run-001","messages":[{"id":"m1","role":"user","content":"hello"}]}' \\
     http://127.0.0.1:${PORTS[runs]}/api/v1/agent/runs
+Watch its events (AG-UI over SSE; Last-Event-ID resumes):
+  curl -sN -H "Authorization: Bearer \$TOKEN" http://127.0.0.1:${PORTS[runs]}/api/v1/agent/runs/run-001/events
 Read it back:
   curl -s -H "Authorization: Bearer \$TOKEN" 'http://127.0.0.1:${PORTS[history]}/api/v1/agent/history?threadId=550e8400-e29b-41d4-a716-446655440000'
+Also: POST /api/v1/agent/ag-ui (AG-UI HttpAgent), POST /v2/chat, ws://127.0.0.1:${PORTS[runs]}/websocket
 INFO
