@@ -37,7 +37,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 "$ROOT/scripts/infra.sh"
 log "building switchboard-runs and switchboard-bench (release)"
-cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --bin sse-idle
+cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --bin sse-idle \
+  --bin sse-bare
 # js-publish-loop only deletes the prefix's streams at exit; an older binary does that as well.
 cargo build --release --locked --quiet -p switchboard-bench --bin js-publish-loop 2>/dev/null ||
   log "js-publish-loop does not build; the last binary built (if any) deletes the streams"
@@ -56,6 +57,7 @@ NATS_URL="nats://127.0.0.1:$NATS_PORT"
 MONITOR_URL="http://127.0.0.1:$NATS_MONITOR_PORT"
 RUNS_PID=""
 RUNS_PORT=""
+BARE_PID=""
 
 stop_runs() {
   [ -n "$RUNS_PID" ] || return 0
@@ -69,6 +71,7 @@ stop_runs() {
 cleanup() {
   local status=$?
   stop_runs
+  if [ -n "$BARE_PID" ]; then kill -TERM "$BARE_PID" 2>/dev/null || true; wait "$BARE_PID" 2>/dev/null || true; fi
   if [ "${BENCH_KEEP_STREAMS:-0}" != 1 ] && [ -x "$BIN/js-publish-loop" ]; then
     timeout 30 "$BIN/js-publish-loop" --mode cleanup --prefix "$PREFIX" --nats-url "$NATS_URL" \
       >"$OUT/cleanup.json" 2>>"$OUT/cleanup.log" || log "could not delete the streams of $PREFIX"
@@ -151,6 +154,20 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds "$HOLD" \
     >"$OUT/idle.json" 2>"$OUT/idle.err" || { log "sse-idle failed:"; cat "$OUT/idle.err" >&2; exit 1; }
   stop_runs
+
+  # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth, no NATS).
+  BARE_PORT="$(free_port)"
+  "$BIN/sse-bare" "127.0.0.1:$BARE_PORT" >"$OUT/sse-bare.log" 2>&1 &
+  BARE_PID=$!
+  wait_until "sse-bare" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
+  log "sse-idle against the bare axum baseline (pid $BARE_PID)"
+  timeout 600 "$BIN/sse-idle" --url "http://127.0.0.1:$BARE_PORT" --token "$TOKEN" --owner "$OWNER" \
+    --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
+    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 20 --probe-events 0 --fanout-wait-seconds 2 \
+    >"$OUT/idle-bare.json" 2>"$OUT/idle-bare.err" || { log "sse-idle (bare) failed:"; cat "$OUT/idle-bare.err" >&2; exit 1; }
+  kill -TERM "$BARE_PID" 2>/dev/null || true
+  wait "$BARE_PID" 2>/dev/null || true
+  BARE_PID=""
 fi
 
 # ---------------------------------------------------------------- report

@@ -76,6 +76,12 @@ if idle:
     print(f"| runs RSS before / holding / after they ended | {mib(before)} / {mib(held)} / {mib(closed)} "
           f"(VmHWM {mib(s['closed']['runs']['hwm_kib'])}) |")
     print(f"| RSS per idle stream | {(held - before) / max(opened, 1):.1f} KiB |")
+    bare = load("idle-bare")
+    if bare:
+        bs = {x["label"]: x for x in bare["samples"]}
+        b_before, b_held = bs["before"]["runs"]["rss_kib"], bs["held"]["runs"]["rss_kib"]
+        print(f"| baseline: bare axum SSE endpoint, same streams: RSS before / holding, per stream | "
+              f"{mib(b_before)} / {mib(b_held)}, {(b_held - b_before) / max(bare['streams_opened'], 1):.1f} KiB |")
     print(f"| runs open fds holding | {s['held']['runs']['fds']:,} |")
     print(f"| runs CPU while holding | {cpu_runs:.2f} s in {dt:.0f} s ({100 * cpu_runs / dt:.1f}% of a core) |")
     print(f"| nats-server CPU while holding | {nats:.2f} s in {dt:.0f} s |")

@@ -8,8 +8,9 @@
 //! One core NATS subscription per runs replica ([`EventHub`]) carries live events to every
 //! local reader, so an idle stream costs a channel, not a JetStream consumer. A reader registers
 //! for live events first, then reads what the log already holds; events are deduplicated by
-//! `seq`, and a gap (a live event lost to a slow subscriber) is filled from the log. Readers
-//! also re-read the log at every heartbeat, so even a lost terminal event ends the stream.
+//! `seq`, and a gap (a live event lost to a slow subscriber) is filled from the log. A waiting
+//! reader also re-reads the log every minute or two, so even a lost terminal event ends the
+//! stream.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,9 +25,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Live events buffered per reader before the reader falls back to the log.
-const LIVE_BUFFER: usize = 256;
-/// How often a waiting reader re-reads the log, in case a live event was lost.
-const RECHECK: Duration = Duration::from_secs(30);
+const LIVE_BUFFER: usize = 64;
+/// How often, at least, a waiting reader re-reads the log in case a live event was lost (plus
+/// a per-reader jitter of up to the same again, so readers opened together do not read
+/// together).
+const RECHECK: Duration = Duration::from_secs(60);
 
 /// Fans the live events of every run out to this replica's readers.
 #[derive(Clone)]
@@ -160,13 +163,15 @@ impl EventHub {
             None if ended => return Err(FollowError::Expired { after }),
             _ => {}
         }
+        let pending_empty = first.is_none();
         let state = Follow {
             registration,
             reader,
             last: after,
             pending: first.into_iter().collect(),
-            recheck: RECHECK,
-            read_log: true,
+            recheck: RECHECK + RECHECK.mul_f64(jitter(task_id, after)),
+            // An empty log was just read: wait for live events (or the recheck) first.
+            read_log: !pending_empty,
             done: false,
         };
         Ok(futures::stream::unfold(state, |mut state| async move {
@@ -305,4 +310,11 @@ impl Follow {
         self.done = event.event.is_terminal();
         Some(event)
     }
+}
+
+/// A fraction in [0, 1) that differs between readers (spreads their log re-reads).
+fn jitter(task_id: Uuid, after: u64) -> f64 {
+    use std::hash::BuildHasher;
+    let hash = std::collections::hash_map::RandomState::new().hash_one((task_id, after));
+    (hash % 1000) as f64 / 1000.0
 }

@@ -15,7 +15,8 @@
 //!
 //! Usage: `sse-idle --url URL --token JWT --owner SUB --prefix P --runs-pid PID [--nats-url URL]
 //! [--nats-pid PID] [--monitor-url URL] [--streams N] [--open-concurrency C] [--hold-seconds T]
-//! [--probe-events N] [--probe-rate R]`.
+//! [--probe-events N] [--probe-rate R] [--fanout-wait-seconds T]`. Against `sse-bare` (the
+//! axum-only baseline): `--probe-events 0 --fanout-wait-seconds 2`.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -39,6 +40,8 @@ struct Settings {
     nats_pid: Option<u32>,
     nats_port: u16,
     monitor_url: Option<String>,
+    /// How long the held streams may take to receive the final event.
+    fanout_wait: Duration,
 }
 
 #[tokio::main]
@@ -74,6 +77,11 @@ async fn main() -> anyhow::Result<()> {
         nats_pid: args.parsed("nats-pid", "BENCH_NATS_PID", 0_u32)?.into(),
         nats_port,
         monitor_url: args.get("monitor-url", "BENCH_NATS_MONITOR_URL"),
+        fanout_wait: Duration::from_secs_f64(args.parsed(
+            "fanout-wait-seconds",
+            "BENCH_FANOUT_WAIT_SECONDS",
+            60.0,
+        )?),
     };
     let settings = Settings {
         nats_pid: settings.nats_pid.filter(|&p| p > 0),
@@ -91,7 +99,7 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
     let start = Instant::now();
     samples.push(sample(bench, settings, "start", start).await);
 
-    let probe_before = measure_latency(bench, &settings.probe, "probe-before").await?;
+    let probe_before = probe(bench, settings, "probe-before").await?;
     samples.push(sample(bench, settings, "before", start).await);
 
     // ---------------------------------------------------------------- open the idle streams
@@ -161,7 +169,7 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
         })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let probe_during = measure_latency(bench, &settings.probe, "probe-during").await?;
+    let probe_during = probe(bench, settings, "probe-during").await?;
     let rest = settings.hold.saturating_sub(held_since.elapsed());
     tokio::time::sleep(rest).await;
     let alive = holders.iter().filter(|h| !h.is_finished()).count();
@@ -176,8 +184,9 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
     bench.publish_event(&idle_run, 1, finished).await?;
     let acked = Instant::now();
     let cancel_later = cancel.clone();
+    let fanout_wait = settings.fanout_wait;
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        tokio::time::sleep(fanout_wait).await;
         cancel_later.cancel();
     });
     let mut fanout = Vec::with_capacity(opened);
@@ -234,6 +243,14 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
         "samples": samples,
         "timeline": timeline,
     }))
+}
+
+/// A fresh run's latency (`--probe-events 0`: none, e.g. against `sse-bare`).
+async fn probe(bench: &Bench, settings: &Settings, tag: &str) -> anyhow::Result<Value> {
+    if settings.probe.events == 0 {
+        return Ok(json!({"skipped": true}));
+    }
+    measure_latency(bench, &settings.probe, tag).await
 }
 
 /// What one held stream saw.
