@@ -47,6 +47,8 @@ pub struct Options {
     pub upload_ttl: Duration,
     /// The worker's OpenAI-compatible backend (the built-in agent when `None`).
     pub openai: Option<worker::openai::OpenAiConfig>,
+    /// Open event streams and WebSockets per owner on the runs service.
+    pub max_streams_per_owner: u32,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             cors_allowed_origins: Vec::new(),
             upload_ttl: Duration::from_secs(300),
             openai: None,
+            max_streams_per_owner: 100,
         }
     }
 }
@@ -139,6 +142,7 @@ impl TestPlatform {
             active_run_policy: options.active_run_policy,
             rate_per_minute: options.rate_per_minute,
             rate_burst: options.rate_burst,
+            max_streams_per_owner: options.max_streams_per_owner,
         })
         .await?;
         let history = history::Application::build(history::Config {
@@ -192,6 +196,7 @@ impl TestPlatform {
             active_run_policy: runs::ActiveRunPolicy::Enqueue,
             rate_per_minute: 10_000,
             rate_burst: 10_000,
+            max_streams_per_owner: 100,
         })
         .await?;
         let url = format!("http://127.0.0.1:{}", runs.port());

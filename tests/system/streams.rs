@@ -3,7 +3,7 @@
 //! answer for a cursor older than retention, and the AG-UI conversation route.
 
 use serde_json::{Value, json};
-use switchboard_system_tests::{SseFrame, TestPlatform, read_sse, text_run};
+use switchboard_system_tests::{Options, SseFrame, TestPlatform, WsClient, read_sse, text_run};
 
 fn thread() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -300,4 +300,66 @@ async fn the_agui_route_takes_a_resent_conversation_and_keeps_each_message_once(
     assert_eq!(response.status(), 422);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["field"], "/messages");
+}
+
+#[tokio::test]
+async fn an_owner_may_hold_only_so_many_open_streams_and_a_closed_one_frees_its_place() {
+    let platform = TestPlatform::spawn_with(Options {
+        max_streams_per_owner: 2,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let thread = thread();
+    let (status, _) = platform
+        .api()
+        .post_run(
+            &alice,
+            &text_run(&thread, "held", "/slow a b c d e f g h i j k l m n o p"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202);
+    let open = |token: &str| {
+        platform
+            .http
+            .get(format!(
+                "{}/api/v1/agent/runs/held/events",
+                platform.urls.runs
+            ))
+            .bearer_auth(token.to_owned())
+            .send()
+    };
+    let first = open(&alice).await.unwrap();
+    let socket = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let third = open(&alice).await.unwrap();
+    assert_eq!(
+        third.status(),
+        429,
+        "a stream and a WebSocket are the two allowed"
+    );
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(
+        open(&bob).await.unwrap().status(),
+        404,
+        "per owner: bob is not limited by alice (and the run is not his)"
+    );
+    socket.close().await.unwrap();
+    drop(first);
+    // The places come back once the server sees the connections gone.
+    let mut status = 0;
+    for _ in 0..100 {
+        let again = open(&alice).await.unwrap();
+        status = again.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200);
 }

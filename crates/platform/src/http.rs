@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt as _;
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt as _;
 use futures::future::BoxFuture;
 use protocol::{ErrorCode, ErrorEnvelope};
 use tokio::net::TcpListener;

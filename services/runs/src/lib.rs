@@ -38,6 +38,9 @@ pub struct Config {
     pub rate_per_minute: u32,
     /// Runs each user may start in a burst (`SB_RUNS_RATE_BURST`, default 30).
     pub rate_burst: u32,
+    /// Open event streams and WebSockets per owner per replica
+    /// (`SB_RUNS_MAX_STREAMS_PER_OWNER`, default 100); one more answers 429.
+    pub max_streams_per_owner: u32,
 }
 
 impl Config {
@@ -50,6 +53,7 @@ impl Config {
             active_run_policy: env.or("SB_RUNS_ACTIVE_RUN_POLICY", ActiveRunPolicy::Enqueue)?,
             rate_per_minute: positive(env, "SB_RUNS_RATE_PER_MINUTE", 120)?,
             rate_burst: positive(env, "SB_RUNS_RATE_BURST", 30)?,
+            max_streams_per_owner: positive(env, "SB_RUNS_MAX_STREAMS_PER_OWNER", 100)?,
         })
     }
 }
@@ -75,6 +79,7 @@ pub(crate) struct AppState {
     pub(crate) limiter: Arc<limit::PerOwnerLimit>,
     pub(crate) events: events::EventHub,
     pub(crate) buckets: platform::nats::RunBuckets,
+    pub(crate) streams: limit::StreamQuota,
     /// Cancelled at shutdown: ends the open event streams so the server can drain.
     pub(crate) shutdown: CancellationToken,
 }
@@ -144,6 +149,9 @@ impl platform::service::Service for Application {
             limiter,
             events,
             buckets: prompt_buckets,
+            streams: limit::StreamQuota::new(
+                usize::try_from(config.max_streams_per_owner).unwrap_or(usize::MAX),
+            ),
             shutdown: shutdown.clone(),
         };
         let router = routes::router(state).merge(platform::http::health_routes(vec![(

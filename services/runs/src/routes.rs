@@ -25,6 +25,7 @@ use crate::AppState;
 use crate::accept::AcceptError;
 use crate::admit::AdmitError;
 use crate::events::FollowError;
+use crate::limit::StreamPermit;
 use crate::prompts::{self, PromptError, Reply};
 use crate::status::status_response;
 
@@ -74,6 +75,8 @@ pub(crate) enum ApiError {
     Expired(u64),
     /// 400: a `Last-Event-ID` that is not an event id of this API.
     BadCursor,
+    /// 429: the owner holds as many open streams as allowed.
+    TooManyStreams,
     /// 409/410/422/503: an answer to a prompt (`resume`) that cannot be taken, naming the field.
     Prompt(PromptError, String),
     /// 400: a path id that cannot be a run id.
@@ -154,6 +157,11 @@ impl IntoResponse for ApiError {
                 };
                 ErrorResponse::with_field(status, code, err.to_string(), field)
             }
+            ApiError::TooManyStreams => ErrorResponse::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::RateLimited,
+                "too many open event streams; close one first",
+            ),
             ApiError::BadCursor => ErrorResponse::with_field(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::InvalidRequest,
@@ -185,7 +193,7 @@ async fn create_run(
     let input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
     let accepted = start_run(&state, &owner, input, false, None).await?;
     if wants_event_stream(&headers) {
-        return stream_events(&state, &accepted, 0).await;
+        return stream_events(&state, &owner, &accepted).await;
     }
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
 }
@@ -203,7 +211,7 @@ async fn ag_ui_run(
     let input = parse_conversation_input(&bytes).map_err(ApiError::Invalid)?;
     let resumed = resume(&state, &owner, &input).await?;
     let accepted = start_run(&state, &owner, input, true, resumed).await?;
-    stream_events(&state, &accepted, 0).await
+    stream_events(&state, &owner, &accepted).await
 }
 
 /// AG-UI 1.0 `resume`: the answer to the interrupt the thread's last run finished with. One
@@ -306,7 +314,7 @@ async fn chat(
     let input = crate::ws::chat_input(&session_id, &id, &message, &content_urls)
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("cannot build the chat run")))?;
     let accepted = start_run(&state, &owner, input, true, None).await?;
-    stream_events(&state, &accepted, 0).await
+    stream_events(&state, &owner, &accepted).await
 }
 
 /// Reads a JSON body, never buffering more than the limit.
@@ -390,27 +398,39 @@ async fn run_events(
         .await
         .map_err(ApiError::Internal)?
         .ok_or(ApiError::NotFound)?;
-    follow(&state, record.task_id, after, record.status.is_terminal()).await
+    follow(
+        &state,
+        &owner,
+        record.task_id,
+        after,
+        record.status.is_terminal(),
+    )
+    .await
 }
 
 /// The SSE answer for a run just accepted here: all of its events.
 async fn stream_events(
     state: &AppState,
+    owner: &Owner,
     accepted: &TaskAcceptedResponse,
-    after: u64,
 ) -> Result<Response, ApiError> {
     let task_id = uuid::Uuid::try_parse(&accepted.task_id)
         .map_err(|err| ApiError::Internal(anyhow::Error::new(err)))?;
-    follow(state, task_id, after, false).await
+    follow(state, owner, task_id, 0, false).await
 }
 
 /// The SSE answer with the events of `task_id` after `after` (`ended`: the run is over).
 async fn follow(
     state: &AppState,
+    owner: &Owner,
     task_id: uuid::Uuid,
     after: u64,
     ended: bool,
 ) -> Result<Response, ApiError> {
+    let permit = state
+        .streams
+        .acquire(owner.as_str())
+        .ok_or(ApiError::TooManyStreams)?;
     let events = state
         .events
         .follow(task_id, after, ended)
@@ -419,7 +439,7 @@ async fn follow(
             FollowError::Expired { after } => ApiError::Expired(after),
             FollowError::Nats(e) => ApiError::Unavailable(e),
         })?;
-    Ok(sse(events, state.shutdown.clone()))
+    Ok(sse(events, permit, state.shutdown.clone()))
 }
 
 /// Server-sent events: `id` is the event's per-run `seq`, `data` the AG-UI event; a comment
@@ -427,10 +447,12 @@ async fn follow(
 /// or when the service shuts down.
 fn sse(
     events: impl futures::Stream<Item = protocol::messaging::RunEventV1> + Send + 'static,
+    permit: StreamPermit,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Response {
     let frames = events
-        .map(|event| {
+        .map(move |event| {
+            let _held = &permit; // the owner's stream slot, released with the stream
             SseEvent::default()
                 .id(event.seq.to_string())
                 .json_data(&event.event)

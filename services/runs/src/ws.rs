@@ -89,13 +89,24 @@ pub(crate) async fn websocket(
         Some(Some(at)) => Some(at),
         Some(None) => return bad_cursor(),
     };
+    let Some(permit) = state.streams.acquire(owner.as_str()) else {
+        return ErrorResponse::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited,
+            "too many open event streams and WebSockets; close one first",
+        )
+        .into_response();
+    };
     let upgrade = upgrade.max_message_size(MAX_WS_MESSAGE_BYTES);
     let upgrade = if protocols.first().is_some_and(|p| p == "bearer") {
         upgrade.protocols(["bearer"])
     } else {
         upgrade
     };
-    upgrade.on_upgrade(move |socket| Session::run(state, owner, socket, resume_from))
+    upgrade.on_upgrade(move |socket| async move {
+        Session::run(state, owner, socket, resume_from).await;
+        drop(permit); // the connection's slot, held until it closes
+    })
 }
 
 fn bad_cursor() -> Response {
