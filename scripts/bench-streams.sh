@@ -18,7 +18,9 @@
 #
 # Settings (environment): BENCH_STREAMS (10000), BENCH_HOLD_SECONDS (45), BENCH_OPEN_CONCURRENCY
 # (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 to run one half only, BENCH_ALLOW_STALE_RUNS=1 to
-# measure the last switchboard-runs binary built when the tree does not build.
+# measure the last switchboard-runs binary built when the tree does not build, BENCH_RUNS_WRAPPER
+# (a command the runs service is started under, e.g. `heaptrack -o /tmp/runs`; the RSS figures are
+# then those of the wrapper, not of the service).
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
@@ -91,9 +93,10 @@ start_runs() {
   service_env >"$OUT/runs.env"
   (
     set -a; source "$OUT/runs.env"; set +a
+    # One benchmark owner holds every stream: lift the per-owner stream cap.
     export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 \
-      SB_RUNS_RATE_BURST=100000000 RUST_LOG=warn
-    exec "$BIN/switchboard-runs"
+      SB_RUNS_RATE_BURST=100000000 SB_RUNS_MAX_STREAMS_PER_OWNER=1000000 RUST_LOG=warn
+    exec ${BENCH_RUNS_WRAPPER:-} "$BIN/switchboard-runs"
   ) >"$OUT/$1.log" 2>&1 &
   RUNS_PID=$!
   wait_until "runs" 60 curl -fs "http://127.0.0.1:$RUNS_PORT/readyz"

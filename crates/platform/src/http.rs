@@ -180,7 +180,10 @@ pub async fn serve(
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
     });
-    axum::serve(listener, app)
+    // `into_make_service`: a connection gets a clone of the router (one `Arc`); serving a bare
+    // `Router` rebuilds every route's service stack per connection (`with_state`), ~110 KiB that
+    // a long-lived stream then holds (BENCHMARKS.md, section 5).
+    axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
