@@ -53,8 +53,15 @@ start_postgres() {
       -o "-p $PG_PORT -k $sock -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=${SB_PG_FSYNC:-on}" >/dev/null
     wait_until PostgreSQL 60 pg_healthy
   fi
-  # Role and database of the services (idempotent).
-  local psql=(psql -q -h "$sock" -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1)
+  # Role and database of the services (idempotent). Through this checkout's socket; when the
+  # healthy server on the port is another checkout's cluster (made by this script too), over TCP
+  # with the superuser password this script gives every cluster it creates.
+  local host="$sock"
+  if [ ! -S "$sock/.s.PGSQL.$PG_PORT" ]; then
+    host=127.0.0.1
+    export PGPASSWORD=postgres-local
+  fi
+  local psql=(psql -q -h "$host" -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1)
   if ! as_postgres "${psql[@]}" -tAc "SELECT 1 FROM pg_roles WHERE rolname='$PG_USER'" | grep -q 1; then
     as_postgres "${psql[@]}" -c "CREATE ROLE $PG_USER LOGIN CREATEDB PASSWORD '$PG_PASSWORD'"
   fi
