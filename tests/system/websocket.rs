@@ -703,3 +703,52 @@ async fn an_agui_interrupt_past_its_expiry_is_refused_and_the_agent_was_told() {
         "This prompt is no longer available."
     );
 }
+
+#[tokio::test]
+async fn an_answer_on_a_refused_run_leaves_the_prompt_open() {
+    let platform = TestPlatform::spawn_with(Options {
+        rate_per_minute: 1,
+        rate_burst: 1,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let alice = platform.infra.token("alice");
+    let thread = format!("t-{}", uuid::Uuid::now_v7());
+    let ask = json!([{"id": "u1", "role": "user", "content": "/ask radio:120 Notify how?"}]);
+    let (_, events, _) = agui_turn(
+        &platform,
+        &alice,
+        &agui_body(&thread, "q1", ask.clone(), None),
+    )
+    .await;
+    let prompt_id = events.last().unwrap()["outcome"]["interrupts"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The burst is spent: the answering run is refused before the prompt is touched.
+    let resume = json!([{"interruptId": prompt_id, "status": "resolved", "payload": "sms"}]);
+    let (status, _, body) = agui_turn(
+        &platform,
+        &alice,
+        &agui_body(&thread, "q2", ask, Some(resume)),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (429, &json!("rate_limited")),
+        "{body}"
+    );
+    let client = async_nats::connect(&platform.infra.nats_url).await.unwrap();
+    let kv = async_nats::jetstream::new(client)
+        .get_key_value(platform.nats.names.prompts_bucket())
+        .await
+        .unwrap();
+    let stored = kv
+        .get(protocol::interaction::prompt_key(&prompt_id))
+        .await
+        .unwrap()
+        .unwrap();
+    let record: Value = serde_json::from_slice(&stored).unwrap();
+    assert_eq!(record["status"], "pending", "{record}");
+}

@@ -209,19 +209,15 @@ async fn ag_ui_run(
 ) -> Result<Response, ApiError> {
     let bytes = read_json_body(&headers, body).await?;
     let input = parse_conversation_input(&bytes).map_err(ApiError::Invalid)?;
-    let resumed = resume(&state, &owner, &input).await?;
-    let accepted = start_run(&state, &owner, input, true, resumed).await?;
+    let answer = resume(&input)?;
+    let accepted = start_run(&state, &owner, input, true, answer).await?;
     stream_events(&state, &owner, &accepted).await
 }
 
 /// AG-UI 1.0 `resume`: the answer to the interrupt the thread's last run finished with. One
 /// interrupt per run; its answer is checked against the prompt and closes it for every
 /// transport.
-async fn resume(
-    state: &AppState,
-    owner: &Owner,
-    input: &RunAgentInput,
-) -> Result<Option<protocol::messaging::Resumed>, ApiError> {
+fn resume(input: &RunAgentInput) -> Result<Option<Answer>, ApiError> {
     let Some(entries) = input
         .extra
         .get("resume")
@@ -255,23 +251,10 @@ async fn resume(
             ));
         }
     };
-    prompts::answer(
-        &state.buckets,
-        owner.as_str(),
-        &input.thread_id,
-        interrupt_id,
+    Ok(Some(Answer {
+        prompt_id: interrupt_id.to_owned(),
         reply,
-        &input.run_id,
-    )
-    .await
-    .map(Some)
-    .map_err(|err| {
-        let field = match err {
-            PromptError::BadAnswer(_) => "/resume/0/payload",
-            _ => "/resume/0/interruptId",
-        };
-        ApiError::Prompt(err, field.to_owned())
-    })
+    }))
 }
 
 /// `POST /v2/chat`: the REST form of the chat API of `file-attachments.md`
@@ -340,12 +323,19 @@ async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes,
 }
 
 /// Rate limit, attachment admission, acceptance onto JetStream.
+/// The prompt a run answers: closed once the run is admitted (rate limit, files), just before
+/// it is accepted, so a refused run leaves the prompt open.
+pub(crate) struct Answer {
+    pub(crate) prompt_id: String,
+    pub(crate) reply: Reply,
+}
+
 pub(crate) async fn start_run(
     state: &AppState,
     owner: &Owner,
     mut input: RunAgentInput,
     conversation: bool,
-    resumed: Option<protocol::messaging::Resumed>,
+    answer: Option<Answer>,
 ) -> Result<TaskAcceptedResponse, ApiError> {
     state
         .limiter
@@ -363,6 +353,27 @@ pub(crate) async fn start_run(
             }),
             AdmitError::Unavailable(e) => ApiError::Unavailable(e),
         })?;
+    let resumed = match answer {
+        None => None,
+        Some(answer) => Some(
+            prompts::answer(
+                &state.buckets,
+                owner.as_str(),
+                &input.thread_id,
+                &answer.prompt_id,
+                answer.reply,
+                &input.run_id,
+            )
+            .await
+            .map_err(|err| {
+                let field = match err {
+                    PromptError::BadAnswer(_) => "/resume/0/payload",
+                    _ => "/resume/0/interruptId",
+                };
+                ApiError::Prompt(err, field.to_owned())
+            })?,
+        ),
+    };
     state
         .accept
         .accept(owner.as_str(), input, attachments, conversation, resumed)

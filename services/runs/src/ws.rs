@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::AppState;
 use crate::events::FollowError;
 use crate::prompts::{self, PromptError, Reply};
-use crate::routes::{ApiError, start_run};
+use crate::routes::{Answer, ApiError, start_run};
 
 /// Server messages queued per connection before the slowest reader holds its runs back.
 const OUTBOX: usize = 1024;
@@ -242,54 +242,17 @@ impl Session {
                 answer,
             }) => {
                 self.mark_started(&id);
-                let answered = prompts::answer(
-                    &self.state.buckets,
-                    self.owner.as_str(),
+                let input = turn(
                     &conversation_id,
-                    &parent_id,
-                    Reply::Answer(Value::String(answer.clone())),
                     &id,
-                )
-                .await;
-                match answered {
-                    Ok(resumed) => {
-                        let input = turn(&conversation_id, &id, &id, UserContent::Text(answer));
-                        self.start(input, Some(resumed), &conversation_id, &id)
-                            .await;
-                    }
-                    Err(err) => {
-                        let error = match err {
-                            PromptError::NotFound => WsError::new(
-                                WsErrorCode::InvalidMessage,
-                                "parent_id names no prompt of this conversation",
-                                "parent_id",
-                            ),
-                            PromptError::Closed(_) => WsError::new(
-                                WsErrorCode::InvalidMessage,
-                                err.to_string(),
-                                "parent_id",
-                            ),
-                            PromptError::Expired(message) => {
-                                WsError::new(WsErrorCode::WorkflowError, message, "TimeoutError")
-                            }
-                            PromptError::BadAnswer(message) => WsError::new(
-                                WsErrorCode::InvalidUserMessageContent,
-                                message,
-                                "content.messages",
-                            ),
-                            PromptError::Nats(e) => {
-                                tracing::warn!(error = format!("{e:#}"), "prompt store failed");
-                                WsError::new(
-                                    WsErrorCode::UnknownError,
-                                    "please retry",
-                                    "unavailable",
-                                )
-                            }
-                        };
-                        self.error(error, Some(&conversation_id), Some(&parent_id))
-                            .await;
-                    }
-                }
+                    &id,
+                    UserContent::Text(answer.clone()),
+                );
+                let answer = Answer {
+                    prompt_id: parent_id,
+                    reply: Reply::Answer(Value::String(answer)),
+                };
+                self.start(input, Some(answer), &conversation_id, &id).await;
             }
             Ok(Inbound::Chat {
                 message,
@@ -317,7 +280,7 @@ impl Session {
     async fn start(
         &self,
         input: Option<RunAgentInput>,
-        resumed: Option<protocol::messaging::Resumed>,
+        answer: Option<Answer>,
         conversation_id: &str,
         parent_id: &str,
     ) {
@@ -342,13 +305,16 @@ impl Session {
             return;
         }
         let span = tracing::info_span!("runs.ws.turn", conversation.id = %conversation_id);
-        let accepted = start_run(&self.state, &self.owner, input, true, resumed)
+        let answered = answer.as_ref().map(|a| a.prompt_id.clone());
+        let accepted = start_run(&self.state, &self.owner, input, true, answer)
             .instrument(span.clone())
             .await;
         let accepted = match accepted {
             Ok(accepted) => accepted,
             Err(err) => {
-                self.error(api_error(err), Some(conversation_id), Some(parent_id))
+                // An answer that cannot be taken is about the prompt it names.
+                let about = answered.as_deref().unwrap_or(parent_id);
+                self.error(api_error(err), Some(conversation_id), Some(about))
                     .await;
                 return;
             }
@@ -553,6 +519,28 @@ pub(crate) fn chat_input(
 /// The WebSocket error for a refused run.
 fn api_error(err: ApiError) -> WsError {
     match err {
+        ApiError::Prompt(err, _) => match err {
+            PromptError::NotFound => WsError::new(
+                WsErrorCode::InvalidMessage,
+                "parent_id names no prompt of this conversation",
+                "parent_id",
+            ),
+            PromptError::Closed(_) => {
+                WsError::new(WsErrorCode::InvalidMessage, err.to_string(), "parent_id")
+            }
+            PromptError::Expired(message) => {
+                WsError::new(WsErrorCode::WorkflowError, message, "TimeoutError")
+            }
+            PromptError::BadAnswer(message) => WsError::new(
+                WsErrorCode::InvalidUserMessageContent,
+                message,
+                "content.messages",
+            ),
+            PromptError::Nats(e) => {
+                tracing::warn!(error = format!("{e:#}"), "prompt store failed");
+                WsError::new(WsErrorCode::UnknownError, "please retry", "unavailable")
+            }
+        },
         ApiError::Invalid(v) => {
             let code = if v.field.contains("/content/") {
                 WsErrorCode::InvalidDataContent
