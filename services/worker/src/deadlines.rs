@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// How often the deadlines are checked.
-const SWEEP_EVERY: Duration = Duration::from_millis(500);
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Sweeps until `shutdown`.
 pub(crate) async fn sweep(
