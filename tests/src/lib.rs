@@ -297,6 +297,15 @@ pub struct SseFrame {
     pub data: Value,
 }
 
+/// The text an AG-UI event sequence streamed: its `TEXT_MESSAGE_CONTENT` deltas, joined.
+pub fn streamed_text<'a>(events: impl IntoIterator<Item = &'a Value>) -> String {
+    events
+        .into_iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .filter_map(|e| e["delta"].as_str())
+        .collect()
+}
+
 /// Reads server-sent events from `response` until the server ends the stream or `limit`
 /// events have arrived (then the connection is dropped); comments (heartbeats) are skipped.
 /// Fails after [`EVENTUAL`] without an end.

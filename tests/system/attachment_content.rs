@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use switchboard_system_tests::{TestPlatform, read_sse};
+use switchboard_system_tests::{TestPlatform, read_sse, streamed_text};
 
 const PDF_TEXT: &str = "Switchboard quarterly numbers 4217";
 const CSV: &str = "fruit,count\nmango,17\nkiwi,3\n";
@@ -160,11 +160,7 @@ async fn the_agent_receives_pdf_and_csv_text_and_a_png_image_from_content_urls()
         .map(|e| e["messageId"].as_str().unwrap())
         .collect();
     assert_eq!(messages.len(), 1, "one assistant message: {events:?}");
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
-        .map(|e| e["delta"].as_str().unwrap())
-        .collect();
+    let text = streamed_text(&events);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.first(), Some(&"You said: describe"), "{text}");
     let pdf_line = lines
@@ -249,13 +245,8 @@ async fn a_fourth_file_and_another_owners_file_are_refused_before_any_run() {
     // Alice's own file in the same request shape is accepted and read.
     let response = chat(&platform, &alice, &session, &[&mine]).await;
     assert_eq!(response.status(), 200);
-    let text: String = read_sse(response, None)
-        .await
-        .unwrap()
-        .iter()
-        .filter(|f| f.data["type"] == "TEXT_MESSAGE_CONTENT")
-        .map(|f| f.data["delta"].as_str().unwrap().to_owned())
-        .collect();
+    let frames = read_sse(response, None).await.unwrap();
+    let text = streamed_text(frames.iter().map(|f| &f.data));
     assert!(
         text.contains(
             "Attachment notes.txt (text/plain): 14 characters of text: \"alice's notes\""

@@ -133,11 +133,7 @@ async fn a_worker_killed_mid_run_ends_the_run_failed_after_its_events_with_nothi
         .count();
     assert_eq!(starts, 1, "the agent was not run a second time");
     // History holds the partial reply once: exactly the text the log streamed.
-    let streamed: String = log
-        .iter()
-        .filter(|f| f.data["type"] == "TEXT_MESSAGE_CONTENT")
-        .map(|f| f.data["delta"].as_str().unwrap())
-        .collect();
+    let streamed = switchboard_system_tests::streamed_text(log.iter().map(|f| &f.data));
     let full = format!("You said: /slow {}", words.join(" "));
     assert!(
         streamed.starts_with("You said: /slow") && streamed.len() < full.len(),

@@ -3,7 +3,9 @@
 //! answer for a cursor older than retention, and the AG-UI conversation route.
 
 use serde_json::{Value, json};
-use switchboard_system_tests::{Options, SseFrame, TestPlatform, WsClient, read_sse, text_run};
+use switchboard_system_tests::{
+    Options, SseFrame, TestPlatform, WsClient, read_sse, streamed_text, text_run,
+};
 
 fn thread() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -69,11 +71,7 @@ async fn posting_a_run_with_accept_event_stream_streams_its_events_in_agui_order
     let events: Vec<Value> = frames.iter().map(|f| f.data.clone()).collect();
     assert_agui_order(&events);
     assert_eq!(ids(&frames), (1..=frames.len() as u64).collect::<Vec<_>>());
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
-        .map(|e| e["delta"].as_str().unwrap())
-        .collect();
+    let text = streamed_text(&events);
     assert_eq!(text, "You said: hello there");
     assert_eq!(
         events.last().unwrap(),
@@ -249,11 +247,7 @@ async fn the_agui_route_takes_a_resent_conversation_and_keeps_each_message_once(
     let second = read_sse(post(turn("t2", conversation)).await.unwrap(), None)
         .await
         .unwrap();
-    let text: String = second
-        .iter()
-        .filter(|f| f.data["type"] == "TEXT_MESSAGE_CONTENT")
-        .map(|f| f.data["delta"].as_str().unwrap())
-        .collect();
+    let text = streamed_text(second.iter().map(|f| &f.data));
     assert_eq!(text, "You said: two", "the new turn is the last message");
     let history = platform
         .api()

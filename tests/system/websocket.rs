@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use switchboard_system_tests::{Options, TestPlatform, WsClient, read_sse};
+use switchboard_system_tests::{Options, TestPlatform, WsClient, read_sse, streamed_text};
 
 fn keys(value: &Value) -> BTreeSet<String> {
     value
@@ -536,6 +536,24 @@ fn agui_body(thread: &str, run: &str, messages: Value, resume: Option<Value>) ->
     body
 }
 
+/// Asks over the AG-UI route (`/ask ...` as run `run`): the run's events and the interrupt's id.
+async fn agui_ask(
+    platform: &TestPlatform,
+    token: &str,
+    thread: &str,
+    run: &str,
+    ask: &Value,
+) -> (Vec<Value>, String) {
+    let (status, events, body) =
+        agui_turn(platform, token, &agui_body(thread, run, ask.clone(), None)).await;
+    assert_eq!(status, 200, "{body}");
+    let prompt_id = events.last().unwrap()["outcome"]["interrupts"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (events, prompt_id)
+}
+
 #[tokio::test]
 async fn agui_interrupts_share_the_prompt_store_with_the_websocket_both_ways() {
     let platform = TestPlatform::spawn().await.unwrap();
@@ -628,11 +646,7 @@ async fn agui_interrupts_share_the_prompt_store_with_the_websocket_both_ways() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    let text: String = events
-        .iter()
-        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
-        .map(|e| e["delta"].as_str().unwrap())
-        .collect();
+    let text = streamed_text(&events);
     assert_eq!(text, r#"You answered: ["sms","email"]"#);
     // The WebSocket that asked sees the continuation too.
     let continued = ws.until(is_done).await.unwrap();
@@ -648,16 +662,7 @@ async fn an_agui_interrupt_past_its_expiry_is_refused_and_the_agent_was_told() {
     let alice = platform.infra.token("alice");
     let thread = format!("t-{}", uuid::Uuid::now_v7());
     let ask = json!([{"id": "u1", "role": "user", "content": "/ask text:1 Your name?"}]);
-    let (_, events, _) = agui_turn(
-        &platform,
-        &alice,
-        &agui_body(&thread, "x1", ask.clone(), None),
-    )
-    .await;
-    let prompt_id = events.last().unwrap()["outcome"]["interrupts"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, prompt_id) = agui_ask(&platform, &alice, &thread, "x1", &ask).await;
     // The continuation the server starts at the deadline tells the agent.
     let timeout_run = format!("{prompt_id}-timeout");
     platform
@@ -716,16 +721,7 @@ async fn an_answer_on_a_refused_run_leaves_the_prompt_open() {
     let alice = platform.infra.token("alice");
     let thread = format!("t-{}", uuid::Uuid::now_v7());
     let ask = json!([{"id": "u1", "role": "user", "content": "/ask radio:120 Notify how?"}]);
-    let (_, events, _) = agui_turn(
-        &platform,
-        &alice,
-        &agui_body(&thread, "q1", ask.clone(), None),
-    )
-    .await;
-    let prompt_id = events.last().unwrap()["outcome"]["interrupts"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, prompt_id) = agui_ask(&platform, &alice, &thread, "q1", &ask).await;
     // The burst is spent: the answering run is refused before the prompt is touched.
     let resume = json!([{"interruptId": prompt_id, "status": "resolved", "payload": "sms"}]);
     let (status, _, body) = agui_turn(
