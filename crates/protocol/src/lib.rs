@@ -11,6 +11,7 @@ pub mod file_types;
 pub mod files;
 pub mod history;
 pub mod interaction;
+pub mod message_body;
 pub mod messaging;
 pub mod metadata;
 pub mod run_input;
