@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use switchboard_system_tests::{TestPlatform, read_sse, streamed_text};
+use switchboard_system_tests::{TestPlatform, WsClient, read_sse, streamed_text};
 
 const PDF_TEXT: &str = "Switchboard quarterly numbers 4217";
 const CSV: &str = "fruit,count\nmango,17\nkiwi,3\n";
@@ -46,7 +46,7 @@ fn pdf_with_text(text: &str) -> Vec<u8> {
 }
 
 /// Uploads a file through the attachments service (server-side upload) and returns its
-/// `s3://bucket/path` content URL.
+/// `s3://bucket/path` content URL. An empty `session` uploads it outside any session.
 async fn upload(
     platform: &TestPlatform,
     token: &str,
@@ -59,9 +59,12 @@ async fn upload(
         .file_name(name.to_owned())
         .mime_str(mime)
         .unwrap();
-    let form = reqwest::multipart::Form::new()
-        .text("session_id", session.to_owned())
-        .part("file", part);
+    // An empty `session` sends none, as the document's client does.
+    let mut form = reqwest::multipart::Form::new();
+    if !session.is_empty() {
+        form = form.text("session_id", session.to_owned());
+    }
+    let form = form.part("file", part);
     let response = platform
         .http
         .post(format!(
@@ -252,5 +255,71 @@ async fn a_fourth_file_and_another_owners_file_are_refused_before_any_run() {
             "Attachment notes.txt (text/plain): 14 characters of text: \"alice's notes\""
         ),
         "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_chat_over_the_websocket_streams_the_reply_and_its_files_join_the_session() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let session = session();
+    // The document's client asks for the upload with no session_id.
+    let csv_url = upload(
+        &platform,
+        &alice,
+        "",
+        CSV.as_bytes().to_vec(),
+        "fruit.csv",
+        "text/csv",
+    )
+    .await;
+    let mut ws = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    ws.send(
+        &json!({"type": "chat", "message": "describe", "session_id": session,
+                    "content_urls": [csv_url]}),
+    )
+    .await
+    .unwrap();
+    let messages = ws
+        .until(|m| m["type"] == "system_response_message" && m["status"] == "completed")
+        .await
+        .unwrap();
+    assert!(
+        messages.iter().all(|m| m["type"] != "error_message"),
+        "{messages:?}"
+    );
+    let text: String = messages
+        .iter()
+        .filter(|m| m["type"] == "system_response_message")
+        .filter_map(|m| m["content"]["text"].as_str())
+        .collect();
+    assert!(
+        text.starts_with("You said: describe") && text.contains("Attachment fruit.csv (text/csv)"),
+        "{text}"
+    );
+    // The file sent in the chat is now part of the session's workspace, as an upload.
+    let response = platform
+        .http
+        .get(format!("{}/v2/files", platform.urls.attachments))
+        .query(&[("session_id", &session)])
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let listing: Value = response.json().await.unwrap();
+    let files = listing["files"].as_array().unwrap();
+    assert_eq!(
+        files
+            .iter()
+            .map(|f| (
+                f["content_url"].as_str().unwrap(),
+                f["source"].as_str().unwrap()
+            ))
+            .collect::<Vec<_>>(),
+        [(csv_url.as_str(), "upload")],
+        "{listing}"
     );
 }

@@ -97,7 +97,7 @@ async fn the_file_attachments_example_comes_back_in_the_session_shape() {
                  "content_type": "application/pdf"}
             ]}),
             json!({"role": "assistant", "content": [{"type": "text", "text": "Đây là kết quả phân tích..."}],
-                   "tool_calls": []}),
+                   "tool_calls": [], "attachments": []}),
             json!({"role": "assistant", "content": [{"type": "text", "text": "Tôi đã tạo xong báo cáo phân tích:"}],
                    "tool_calls": [],
                    "attachments": [{"path": "/report.md", "filename": "report.md", "icon_type": "md", "source": "generated"}]}),

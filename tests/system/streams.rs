@@ -357,3 +357,131 @@ async fn an_owner_may_hold_only_so_many_open_streams_and_a_closed_one_frees_its_
     }
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn a_resume_at_or_past_the_end_is_answered_at_once_never_a_hang() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let (status, _) = platform
+        .api()
+        .post_run(&alice, &text_run(&thread(), "ended", "hi"))
+        .await
+        .unwrap();
+    assert_eq!(status, 202);
+    let get = |run: &str, cursor: String| {
+        let request = platform
+            .http
+            .get(format!(
+                "{}/api/v1/agent/runs/{run}/events",
+                platform.urls.runs
+            ))
+            .bearer_auth(&alice)
+            .header("last-event-id", cursor);
+        // A hang fails the test instead of holding it.
+        tokio::time::timeout(std::time::Duration::from_secs(15), request.send())
+    };
+    let whole = read_sse(get("ended", "0".into()).await.unwrap().unwrap(), None)
+        .await
+        .unwrap();
+    let last = ids(&whole).last().copied().unwrap();
+    // What a browser's EventSource sends when it reconnects after the stream closed: 204, which
+    // it does not retry.
+    let response = get("ended", last.to_string()).await.unwrap().unwrap();
+    assert_eq!(response.status(), 204, "the client has the terminal event");
+    assert!(response.bytes().await.unwrap().is_empty());
+    // Past the end: a clear 400 naming the header and the run's last event.
+    let response = get("ended", (last + 1).to_string()).await.unwrap().unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "Last-Event-ID");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("({last})")),
+        "{body}"
+    );
+    // A running run: a cursor far ahead of anything it has sent is refused the same way.
+    let (status, _) = platform
+        .api()
+        .post_run(&alice, &text_run(&thread(), "running", "/slow a b c d e f"))
+        .await
+        .unwrap();
+    assert_eq!(status, 202);
+    let response = get("running", "1000".into()).await.unwrap().unwrap();
+    assert_eq!(response.status(), 400);
+}
+
+/// The text of the last assistant message of a history answer, whatever its shape.
+fn last_reply(history: &Value) -> String {
+    let message = history["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "assistant"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    match &message["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+#[tokio::test]
+async fn once_a_client_has_the_terminal_event_every_history_endpoint_has_the_whole_reply() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let long: Vec<String> = (0..60).map(|i| format!("word{i}")).collect();
+    let long = long.join(" ");
+    for round in 0..3 {
+        // Over SSE.
+        let thread = thread();
+        let response = platform
+            .http
+            .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
+            .bearer_auth(&alice)
+            .header("accept", "text/event-stream")
+            .json(&text_run(&thread, &format!("h{round}"), &long))
+            .send()
+            .await
+            .unwrap();
+        let frames = read_sse(response, None).await.unwrap();
+        assert_eq!(frames.last().unwrap().data["type"], "RUN_FINISHED");
+        let streamed = streamed_text(frames.iter().map(|f| &f.data));
+        assert_eq!(streamed, format!("You said: {long}"));
+        // Read at once, no waiting: every shape has the whole reply.
+        for (path, param) in [
+            ("/api/v1/agent/history", "threadId"),
+            ("/api/v1/agent/history/blocks", "threadId"),
+            ("/v2/history", "session_id"),
+        ] {
+            let (status, body) = platform
+                .api()
+                .get_history(&alice, path, &[(param, &thread)])
+                .await
+                .unwrap();
+            assert_eq!(status, 200, "{path}");
+            assert_eq!(last_reply(&body), streamed, "{path}, round {round}");
+        }
+        // Over the WebSocket: `completed`, then history.
+        let conversation = format!("c-{}", uuid::Uuid::now_v7());
+        let mut ws = WsClient::connect(&platform.urls.runs, &alice, "")
+            .await
+            .unwrap();
+        ws.send(&json!({
+            "type": "user_message", "id": format!("m{round}"), "conversation_id": conversation,
+            "content": {"messages": [{"role": "user", "content": [{"type": "text", "text": long}]}]},
+            "timestamp": "2025-01-13T10:00:00Z"
+        }))
+        .await
+        .unwrap();
+        ws.until(|m| m["type"] == "system_response_message" && m["status"] == "completed")
+            .await
+            .unwrap();
+        let (_, body) = platform
+            .api()
+            .get_history(&alice, "/v2/history", &[("session_id", &conversation)])
+            .await
+            .unwrap();
+        assert_eq!(last_reply(&body), format!("You said: {long}"), "WebSocket");
+    }
+}

@@ -255,6 +255,10 @@ async fn every_input_type_is_asked_with_the_seeds_content_and_answered() {
             .until(|m| m["type"] == "system_interaction_message")
             .await
             .unwrap();
+        assert!(
+            !asked.iter().any(is_done),
+            "the response is not completed while a question is pending: {asked:?}"
+        );
         let prompt = asked.last().unwrap();
         assert_eq!(prompt["content"]["input_type"], input_type);
         assert_eq!(
@@ -747,4 +751,73 @@ async fn an_answer_on_a_refused_run_leaves_the_prompt_open() {
         .unwrap();
     let record: Value = serde_json::from_slice(&stored).unwrap();
     assert_eq!(record["status"], "pending", "{record}");
+}
+
+#[tokio::test]
+async fn inline_and_foreign_images_and_unknown_schema_types_are_refused_naming_why() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let mut ws = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let conversation = format!("c-{}", uuid::Uuid::now_v7());
+    let with_image = |id: &str, url: &str| {
+        json!({
+            "type": "user_message", "schema_type": "string", "id": id, "conversation_id": conversation,
+            "content": {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "what is in this picture?"},
+                {"type": "image_url", "image_url": {"url": url}}]}]},
+            "timestamp": "2025-01-13T10:00:00Z"
+        })
+    };
+    // An inline image: refused by the parser, saying to upload it first.
+    ws.send(&with_image("inline", "data:image/png;base64,iVBORw0KGgo="))
+        .await
+        .unwrap();
+    let refused = ws.next().await.unwrap();
+    assert_eq!(refused["type"], "error_message", "{refused}");
+    assert_eq!(refused["content"]["code"], "invalid_data_content");
+    assert!(
+        refused["content"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upload"),
+        "{refused}"
+    );
+    // A public https image: never fetched; admission says which URLs are accepted.
+    ws.send(&with_image("public", "https://example.com/cat.png"))
+        .await
+        .unwrap();
+    let refused = ws.next().await.unwrap();
+    assert_eq!(refused["content"]["code"], "invalid_data_content");
+    assert!(
+        refused["content"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("s3:// content_url"),
+        "{refused}"
+    );
+    // A response schema the server does not have.
+    let mut typed = user_message("typed", &conversation, "hi");
+    typed["schema_type"] = json!("json_schema");
+    ws.send(&typed).await.unwrap();
+    let refused = ws.next().await.unwrap();
+    assert_eq!(
+        (&refused["content"]["code"], &refused["content"]["details"]),
+        (&json!("invalid_message"), &json!("schema_type"))
+    );
+    // Nothing was started for them, and the connection still works.
+    for run in ["inline", "public", "typed"] {
+        let (status, _) = platform
+            .api()
+            .get_runs(&alice, &format!("/api/v1/agent/runs/{run}"))
+            .await
+            .unwrap();
+        assert_eq!(status, 404, "no run {run}");
+    }
+    ws.send(&user_message("fine", &conversation, "still here"))
+        .await
+        .unwrap();
+    let answered = ws.until(is_done).await.unwrap();
+    assert_eq!(response_text(&answered), "You said: still here");
 }

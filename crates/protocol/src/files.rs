@@ -135,6 +135,10 @@ pub enum ResolveRequest {
         owner: String,
         /// The URL or `content_url` from the run.
         url: String,
+        /// The session (thread) of the message: a resolved file joins its workspace with
+        /// `source: "upload"` (`file-attachments.md`'s `workspace_files`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
     },
 }
 

@@ -151,7 +151,7 @@ pub struct SessionMessage {
     /// Tool messages: the call they answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    /// Assistant messages with files the agent made.
+    /// Assistant messages: the files the agent made (`[]` when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Vec<Value>>,
     /// ISO-8601.

@@ -24,6 +24,8 @@ pub const WORKER_CONSUMER: &str = "worker";
 pub const HISTORY_RUNS_CONSUMER: &str = "history-runs";
 /// Durable consumer of run events used by history (persists the agent's messages).
 pub const HISTORY_EVENTS_CONSUMER: &str = "history-events";
+/// Queue group of the history service's request/reply endpoints (one replica answers).
+pub const HISTORY_QUEUE: &str = "history";
 
 /// The names of one deployment's streams and subjects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +148,11 @@ impl Names {
     /// Request/reply subject on which the worker registers a generated file.
     pub fn attachments_register_subject(&self) -> String {
         format!("{}.attachments.register", self.prefix)
+    }
+
+    /// Request/reply subject on which history says how far it has written a run's events.
+    pub fn history_progress_subject(&self) -> String {
+        format!("{}.history.progress", self.prefix)
     }
 
     fn bucket(&self, name: &str) -> String {
@@ -301,6 +308,31 @@ pub struct Resumed {
     pub prompt: crate::interaction::Prompt,
     /// The answer, or why there is none.
     pub outcome: crate::interaction::PromptOutcome,
+}
+
+/// Request on [`Names::history_progress_subject`]: how far has history written this run's
+/// events? Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ProgressRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The run's task id.
+        task_id: Uuid,
+    },
+}
+
+/// Answer to a [`ProgressRequest`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ProgressReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// `seq` of the last event whose changes are committed (0: none, or an unknown run).
+        written_seq: u64,
+    },
 }
 
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.

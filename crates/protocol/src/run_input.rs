@@ -157,23 +157,42 @@ pub struct TextBlock {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BinaryBlock {
-    /// MIME type; must be `image/*`.
-    pub mime_type: String,
+    /// MIME type; must be `image/*` (absent is refused by validation with the seed's message,
+    /// not by the parser).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
     /// Optional block id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// Signed URL of the uploaded file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Inline data; refused by validation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
+    /// Inline data, of any JSON value; refused by validation. `Some` whenever the field is
+    /// present, even as `null`, so `"data": null` is refused too.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data: Option<Value>,
     /// Original file name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filename: Option<String>,
     /// Unknown fields, kept.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// `Some` for a field that is present, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+impl BinaryBlock {
+    /// The MIME type, empty when absent.
+    pub fn mime(&self) -> &str {
+        self.mime_type.as_deref().unwrap_or_default()
+    }
 }
 
 /// AG-UI 1.0 `image` / `document` part with a `source`.

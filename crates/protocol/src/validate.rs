@@ -204,18 +204,19 @@ pub fn validate_run_input(input: &RunAgentInput) -> Result<(), Violation> {
 fn validate_block(block: &ContentBlock, at: &str) -> Result<(), Violation> {
     match block {
         ContentBlock::Text(_) => Ok(()),
+        // The seed's table order: image type, then url, then no data.
         ContentBlock::Binary(binary) => {
-            if !binary.mime_type.starts_with("image/") {
+            if !binary.mime().starts_with("image/") {
                 return Err(Violation::rule(
                     format!("{at}/mimeType"),
                     messages::BINARY_IMAGE_MIME,
                 ));
             }
-            if binary.data.is_some() {
-                return Err(Violation::rule(format!("{at}/data"), messages::BINARY_DATA));
-            }
             if binary.url.as_deref().is_none_or(str::is_empty) {
                 return Err(Violation::rule(format!("{at}/url"), messages::BINARY_URL));
+            }
+            if binary.data.is_some() {
+                return Err(Violation::rule(format!("{at}/data"), messages::BINARY_DATA));
             }
             Ok(())
         }
@@ -422,6 +423,34 @@ mod tests {
                 }),
                 "/messages/0/content/1/data",
                 messages::BINARY_DATA,
+            ),
+            (
+                "binary without mimeType",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(json!([{"type": "binary", "url": "https://x/y"}]))
+                }),
+                "/messages/0/content/0/mimeType",
+                messages::BINARY_IMAGE_MIME,
+            ),
+            (
+                "binary with a null data field",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(
+                        json!([{"type": "binary", "mimeType": "image/png", "url": "https://x/y", "data": null}]),
+                    )
+                }),
+                "/messages/0/content/0/data",
+                messages::BINARY_DATA,
+            ),
+            (
+                "binary with data and no url: the rules in the seed's order",
+                Box::new(move |v| {
+                    v["messages"] = user_blocks(
+                        json!([{"type": "binary", "mimeType": "image/png", "data": "aGk="}]),
+                    )
+                }),
+                "/messages/0/content/0/url",
+                messages::BINARY_URL,
             ),
             (
                 "image part with inline data",

@@ -238,36 +238,44 @@ fn last_user_content(object: &Map<String, Value>) -> Result<Vec<Value>, WsError>
     }
 }
 
-/// A URL a part may carry: http(s), s3:// or a base64 `data:` URL of an image.
+/// A URL a part may carry: a file of the attachments service, as an `s3://` content URL or a
+/// URL it signed (admission checks which, and that it is the caller's verified file). Inline
+/// `data:` images are refused here, naming why: every file an agent sees is an upload the
+/// attachments service verified and the owner can list, download and delete.
 fn check_url(url: &str) -> Result<(), WsError> {
-    if let Some(data) = url.strip_prefix("data:") {
-        let Some((mime, payload)) = data.split_once(";base64,") else {
-            return Err(WsError::new(
-                WsErrorCode::InvalidDataContent,
-                "a data URL must be base64 (data:<type>;base64,...)",
-                "image_url.url",
-            ));
-        };
-        let base64ish = payload
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
-        if !mime.starts_with("image/") || payload.is_empty() || !base64ish {
-            return Err(WsError::new(
-                WsErrorCode::InvalidDataContent,
-                "a data URL must hold a base64 image",
-                "image_url.url",
-            ));
-        }
-        return Ok(());
+    if url.starts_with("data:") {
+        return Err(WsError::new(
+            WsErrorCode::InvalidDataContent,
+            "inline data: images are not accepted; upload the image first (POST /v2/files/upload-url) and send its content_url",
+            "image_url.url",
+        ));
     }
     if url.starts_with("https://") || url.starts_with("http://") || url.starts_with("s3://") {
         return Ok(());
     }
     Err(WsError::new(
         WsErrorCode::InvalidDataContent,
-        "image_url.url must be an http(s), s3:// or data: URL",
+        "image_url.url must be an s3:// content_url or a URL signed by the attachments service",
         "image_url.url",
     ))
+}
+
+/// The response schemas a client may ask for with `schema_type`: `string`, the streamed text
+/// of the seed's `system_response_message` (also when absent).
+const SCHEMA_TYPES: [&str; 1] = ["string"];
+
+fn check_schema_type(object: &Map<String, Value>) -> Result<(), WsError> {
+    match object.get("schema_type") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(kind)) if SCHEMA_TYPES.contains(&kind.as_str()) => Ok(()),
+        Some(other) => Err(WsError::new(
+            WsErrorCode::InvalidMessage,
+            format!(
+                "schema_type must be one of {SCHEMA_TYPES:?} (the response is streamed text), not {other}"
+            ),
+            "schema_type",
+        )),
+    }
 }
 
 /// OpenAI content parts -> AG-UI blocks: text, and images as `image` parts with a URL source.
@@ -348,6 +356,7 @@ pub fn parse_inbound(raw: &str) -> Result<Inbound, WsError> {
     let kind = field(object, "type")?;
     match kind {
         "user_message" => {
+            check_schema_type(object)?;
             let id = field(object, "id")?.to_owned();
             let conversation_id = conversation(object, "conversation_id")?;
             let parts = last_user_content(object)?;
@@ -358,6 +367,7 @@ pub fn parse_inbound(raw: &str) -> Result<Inbound, WsError> {
             })
         }
         "user_interaction_message" => {
+            check_schema_type(object)?;
             let id = field(object, "id")?.to_owned();
             let conversation_id = conversation(object, "conversation_id")?;
             let parent_id = field(object, "parent_id")?.to_owned();
@@ -594,19 +604,21 @@ impl WsMapper {
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default();
-                let mut out = vec![self.message(
-                    WsType::SystemResponseMessage,
-                    id.clone(),
-                    json!({"text": ""}),
-                    Some(WsStatus::Completed),
-                    at,
-                )];
-                for interrupt in interrupts {
-                    if let Some(m) = self.interaction(&interrupt, now, at) {
-                        out.push(m);
-                    }
+                if interrupts.is_empty() {
+                    return vec![self.message(
+                        WsType::SystemResponseMessage,
+                        id.clone(),
+                        json!({"text": ""}),
+                        Some(WsStatus::Completed),
+                        at,
+                    )];
                 }
-                out
+                // A run that stops on a question has not completed the response: `completed`
+                // comes with the end of the run that continues after the answer or timeout.
+                interrupts
+                    .iter()
+                    .filter_map(|interrupt| self.interaction(interrupt, now, at))
+                    .collect()
             }
             Event::RunError { message, code } => vec![
                 WsError::new(
@@ -719,6 +731,27 @@ mod tests {
             ),
             WsErrorCode::InvalidDataContent
         );
+        // A well-formed inline image is refused too, saying what to do instead.
+        let inline = json!({"type": "user_message", "id": "m", "conversation_id": "c",
+            "content": {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]}});
+        let err = parse_inbound(&inline.to_string()).unwrap_err();
+        assert_eq!(
+            (err.code, err.details.as_str()),
+            (WsErrorCode::InvalidDataContent, "image_url.url")
+        );
+        assert!(err.message.contains("upload-url"), "{}", err.message);
+        // schema_type: "string" (the seed's example) or absent; anything else is named.
+        let mut typed = json!({"type": "user_message", "schema_type": "string", "id": "m",
+            "conversation_id": "c", "content": {"messages": [{"role": "user", "content": "hi"}]}});
+        assert!(parse_inbound(&typed.to_string()).is_ok());
+        typed["schema_type"] = json!("json_schema");
+        let err = parse_inbound(&typed.to_string()).unwrap_err();
+        assert_eq!(
+            (err.code, err.details.as_str()),
+            (WsErrorCode::InvalidMessage, "schema_type")
+        );
         let long = "x".repeat(129);
         let err = parse_inbound(
             &json!({"type": "chat", "message": "hi", "session_id": long}).to_string(),
@@ -727,6 +760,45 @@ mod tests {
         assert_eq!(
             (err.code, err.details.as_str()),
             (WsErrorCode::InvalidMessage, "session_id")
+        );
+    }
+
+    fn finished(outcome: Option<Value>) -> RunEventV1 {
+        RunEventV1 {
+            task_id: uuid::Uuid::nil(),
+            owner: "alice".to_owned(),
+            thread_id: "c1".to_owned(),
+            run_id: "r1".to_owned(),
+            seq: 4,
+            emitted_at: Utc::now(),
+            event: Event::RunFinished {
+                thread_id: "c1".to_owned(),
+                run_id: "r1".to_owned(),
+                result: None,
+                outcome,
+            },
+        }
+    }
+
+    #[test]
+    fn a_run_that_stops_on_a_question_asks_without_saying_completed() {
+        let prompt = json!({"input_type": "text", "text": "Why?", "required": true,
+                            "timeout": null, "error": "This prompt is no longer available."});
+        let outcome = json!({"type": "interrupt",
+                             "interrupts": [{"id": "p1", "metadata": {"prompt": prompt}}]});
+        let mut mapper = WsMapper::new("c1", "m1", None);
+        let asked = mapper.map(&finished(Some(outcome)), Utc::now());
+        let kinds: Vec<_> = asked.iter().map(|m| (m.kind, m.status)).collect();
+        assert_eq!(
+            kinds,
+            [(WsType::SystemInteractionMessage, Some(WsStatus::InProgress))],
+            "only the question, still in progress"
+        );
+        let done = mapper.map(&finished(None), Utc::now());
+        let kinds: Vec<_> = done.iter().map(|m| (m.kind, m.status)).collect();
+        assert_eq!(
+            kinds,
+            [(WsType::SystemResponseMessage, Some(WsStatus::Completed))]
         );
     }
 }

@@ -60,7 +60,7 @@ fn the_multimodal_example_carries_a_binary_image_block() {
         panic!("blocks")
     };
     assert!(
-        matches!(&blocks[1], ContentBlock::Binary(b) if b.mime_type == "image/png" && b.url.is_some())
+        matches!(&blocks[1], ContentBlock::Binary(b) if b.mime() == "image/png" && b.url.is_some())
     );
 }
 

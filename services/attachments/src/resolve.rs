@@ -64,9 +64,20 @@ fn match_rows<'a>(refs: &[Option<FileRef>], rows: &'a [FileRow]) -> Vec<Option<&
         .collect()
 }
 
+/// A session id as `file-attachments.md` allows it: 1 to 128 characters.
+fn valid_session(session_id: &str) -> bool {
+    !session_id.is_empty() && session_id.chars().count() <= 128
+}
+
 impl Resolver {
-    /// Resolves `url` for `owner`.
-    pub(crate) async fn resolve(&self, owner: &str, url: &str) -> anyhow::Result<ResolveOutcome> {
+    /// Resolves `url` for `owner`; a verified file joins the workspace of `session_id`, if
+    /// given, as an upload (once: a file already there keeps its source).
+    pub(crate) async fn resolve(
+        &self,
+        owner: &str,
+        url: &str,
+        session_id: Option<&str>,
+    ) -> anyhow::Result<ResolveOutcome> {
         let refused = |reason| Ok(ResolveOutcome::Refused { reason });
         let Ok(file) = parse_file_url(url) else {
             return refused(RefusalReason::BadUrl);
@@ -88,13 +99,19 @@ impl Resolver {
             };
         }
         match row.status.as_str() {
-            "verified" => Ok(ResolveOutcome::Resolved(ResolvedFile {
-                bucket: file.bucket,
-                path: file.path,
-                mime_type: row.content_type,
-                file_name: row.file_name,
-                size_bytes: row.size_bytes,
-            })),
+            "verified" => {
+                if let Some(session_id) = session_id.filter(|s| valid_session(s)) {
+                    store::add_to_workspace(&self.pool, owner, session_id, row.id, "upload")
+                        .await?;
+                }
+                Ok(ResolveOutcome::Resolved(ResolvedFile {
+                    bucket: file.bucket,
+                    path: file.path,
+                    mime_type: row.content_type,
+                    file_name: row.file_name,
+                    size_bytes: row.size_bytes,
+                }))
+            }
             "quarantined" => refused(RefusalReason::Quarantined),
             _ => refused(RefusalReason::NotVerified),
         }
@@ -290,7 +307,11 @@ impl Resolver {
 
     async fn answer_resolve(&self, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
         let outcome = match serde_json::from_slice::<ResolveRequest>(payload) {
-            Ok(ResolveRequest::V1 { owner, url }) => self.resolve(&owner, &url).await?,
+            Ok(ResolveRequest::V1 {
+                owner,
+                url,
+                session_id,
+            }) => self.resolve(&owner, &url, session_id.as_deref()).await?,
             Err(err) => {
                 tracing::warn!(error = %err, "undecodable resolve request");
                 ResolveOutcome::Refused {

@@ -2,6 +2,7 @@
 //! PostgreSQL (history's own schema), and `GET /api/v1/agent/history` serves day snapshots.
 
 mod ingest;
+mod progress;
 mod routes;
 mod sign;
 mod store;
@@ -68,6 +69,9 @@ pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     ingest: ingest::Ingest,
+    client: async_nats::Client,
+    names: protocol::messaging::Names,
+    pool: PgPool,
 }
 
 impl platform::service::Service for Application {
@@ -85,7 +89,7 @@ impl platform::service::Service for Application {
             platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
         let time_zones = Arc::new(store::time_zone_names(&pool).await?.into_iter().collect());
         let (client, js) = platform::nats::connect(&config.nats, "history").await?;
-        let signer = Arc::new(sign::UrlSigner::new(client, &config.nats.names));
+        let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
         let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
         let probes = vec![
@@ -94,7 +98,7 @@ impl platform::service::Service for Application {
         ];
         let router = routes::router(AppState {
             auth,
-            pool,
+            pool: pool.clone(),
             signer,
             time_zones,
         })
@@ -104,6 +108,9 @@ impl platform::service::Service for Application {
             listener,
             router,
             ingest,
+            client,
+            names: config.nats.names.clone(),
+            pool,
         })
     }
 
@@ -115,8 +122,10 @@ impl platform::service::Service for Application {
     /// Serves and consumes until `shutdown` is cancelled.
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let http = platform::http::serve(self.listener, self.router, shutdown.clone());
-        let (http, ingested) = tokio::join!(http, self.ingest.run(shutdown));
+        let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
+        let (http, ingested, progress) = tokio::join!(http, self.ingest.run(shutdown), progress);
         http.context("history HTTP server failed")?;
+        progress.context("history progress endpoint failed")?;
         ingested
     }
 }

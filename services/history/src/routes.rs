@@ -396,18 +396,20 @@ fn to_session_message(row: store::MessageRow) -> SessionMessage {
             "content_type": file.mime_type,
         }));
     }
+    // An assistant message always lists the files the agent made, `[]` when none (the seed's
+    // example).
     let generated = row
         .metadata
         .get("attachments")
         .and_then(Value::as_array)
-        .filter(|files| !files.is_empty())
-        .cloned();
+        .cloned()
+        .unwrap_or_default();
     SessionMessage {
         tool_calls: (row.role == "assistant").then(|| tool_calls(&row.metadata)),
         tool_call_id: (row.role == "tool")
             .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
             .flatten(),
-        attachments: generated.filter(|_| row.role == "assistant"),
+        attachments: (row.role == "assistant").then_some(generated),
         id: row.message_id,
         seq: row.seq,
         role: row.role,

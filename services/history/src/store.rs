@@ -150,6 +150,14 @@ async fn record_conversation(
     Ok(())
 }
 
+/// `seq` of the last event of `task_id` whose changes are committed, if history knows the run.
+pub(crate) async fn written_seq(pool: &PgPool, task_id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT last_event_seq FROM run_progress WHERE task_id = $1")
+        .bind(task_id)
+        .fetch_optional(pool)
+        .await
+}
+
 /// Applies one run event, exactly once and in per-run order.
 pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;

@@ -91,7 +91,13 @@ impl Admission {
                 message: format!("a message may carry at most {MAX_FILES_PER_MESSAGE} files"),
             });
         }
-        let answers = join_all(slots.iter().map(|slot| self.resolve(owner, &slot.url))).await;
+        let session = input.thread_id.clone();
+        let answers = join_all(
+            slots
+                .iter()
+                .map(|slot| self.resolve(owner, &slot.url, &session)),
+        )
+        .await;
         let mut admitted = Vec::with_capacity(slots.len());
         for (slot, answer) in slots.iter().zip(answers) {
             let field = format!("/messages/{at}/content/{}{}", slot.index, slot.url_field);
@@ -122,10 +128,17 @@ impl Admission {
         Ok(admitted)
     }
 
-    async fn resolve(&self, owner: &str, url: &str) -> Result<ResolveOutcome, AdmitError> {
+    /// Resolves one URL; a file that resolves joins the workspace of `session`.
+    async fn resolve(
+        &self,
+        owner: &str,
+        url: &str,
+        session: &str,
+    ) -> Result<ResolveOutcome, AdmitError> {
         let request = ResolveRequest::V1 {
             owner: owner.to_owned(),
             url: url.to_owned(),
+            session_id: Some(session.to_owned()),
         };
         let payload =
             serde_json::to_vec(&request).map_err(|e| AdmitError::Unavailable(e.into()))?;
@@ -173,7 +186,7 @@ fn rewrite(block: &mut ContentBlock, file: &ResolvedFile) {
     match block {
         ContentBlock::Binary(binary) => {
             binary.url = Some(internal);
-            binary.mime_type = file.mime_type.clone();
+            binary.mime_type = Some(file.mime_type.clone());
         }
         ContentBlock::Image(part) | ContentBlock::Document(part) => {
             if let Some(source) = part.source.as_object_mut() {

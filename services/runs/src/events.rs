@@ -11,6 +11,11 @@
 //! `seq`, and a gap (a live event lost to a slow subscriber) is filled from the log. A waiting
 //! reader also re-reads the log every minute or two, so even a lost terminal event ends the
 //! stream.
+//!
+//! A run's terminal event is handed out only once history has written it ([`HistoryBarrier`]):
+//! a client that has seen a run end and reloads the conversation finds the run's messages
+//! complete. The wait is bounded ([`HISTORY_WAIT`]); with no history replica answering at all
+//! it does not wait.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +24,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream;
 use futures::{Stream, StreamExt};
-use protocol::messaging::{Names, RunEventMessage, RunEventV1};
+use protocol::messaging::{Names, ProgressReply, ProgressRequest, RunEventMessage, RunEventV1};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -30,6 +35,10 @@ const LIVE_BUFFER: usize = 64;
 /// a per-reader jitter of up to the same again, so readers opened together do not read
 /// together).
 const RECHECK: Duration = Duration::from_secs(60);
+/// The longest a terminal event waits for history to have written the run.
+const HISTORY_WAIT: Duration = Duration::from_secs(10);
+/// How long one progress request to history may take.
+const HISTORY_ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Fans the live events of every run out to this replica's readers.
 #[derive(Clone)]
@@ -37,6 +46,7 @@ pub(crate) struct EventHub {
     readers: Arc<Mutex<HashMap<Uuid, Vec<mpsc::Sender<RunEventV1>>>>>,
     log: jetstream::stream::Stream,
     names: Names,
+    history: HistoryBarrier,
 }
 
 /// Why a run's events cannot be served from where the reader asked.
@@ -47,6 +57,21 @@ pub(crate) enum FollowError {
     Expired {
         /// The reader's position.
         after: u64,
+    },
+    /// The run has ended and the reader already has its terminal event: nothing more comes.
+    #[error("the run ended with event {last}; nothing follows it")]
+    Ended {
+        /// `seq` of the terminal event.
+        last: u64,
+    },
+    /// The reader's position is past any event the run has sent: a cursor of another run, or
+    /// made up.
+    #[error("event {after} is past the last event of this run ({last})")]
+    PastEnd {
+        /// The reader's position.
+        after: u64,
+        /// `seq` of the run's last event so far (0: none yet).
+        last: u64,
     },
     /// NATS failed.
     #[error(transparent)]
@@ -72,6 +97,10 @@ impl EventHub {
         let hub = Self {
             readers: Arc::default(),
             log,
+            history: HistoryBarrier {
+                client: client.clone(),
+                subject: names.history_progress_subject(),
+            },
             names,
         };
         let dispatch = hub.clone();
@@ -141,9 +170,11 @@ impl EventHub {
     }
 
     /// The events of `task_id` after `after`, each once and in order, ending after the
-    /// terminal event. `Expired` when the log no longer holds the next event the reader needs
-    /// (checked before the first event, so a caller can answer with a status code).
-    /// `ended`: the run is known to have ended, so an empty log means its events expired.
+    /// terminal event. Checked before the first event, so a caller can answer with a status
+    /// code: `Expired` when the log no longer holds the next event the reader needs, `Ended`
+    /// when the reader already has the terminal event, `PastEnd` when `after` names an event
+    /// the run never sent. `ended`: the run is known to have ended, so an empty log means its
+    /// events expired.
     pub(crate) async fn follow(
         &self,
         task_id: Uuid,
@@ -157,6 +188,9 @@ impl EventHub {
             subject,
             stream_seq: 0,
         };
+        if after > 0 {
+            check_cursor(after, reader.last().await?.as_ref(), ended)?;
+        }
         let first = reader.next().await?;
         match &first {
             Some(first) if first.seq > after + 1 => return Err(FollowError::Expired { after }),
@@ -166,6 +200,7 @@ impl EventHub {
         let pending_empty = first.is_none();
         let state = Follow {
             registration,
+            history: self.history.clone(),
             reader,
             last: after,
             pending: first.into_iter().collect(),
@@ -179,6 +214,33 @@ impl EventHub {
             Some((event, state))
         }))
     }
+}
+
+/// Whether a reader at `after` can be served, given the run's `last` logged event.
+fn check_cursor(after: u64, last: Option<&RunEventV1>, ended: bool) -> Result<(), FollowError> {
+    let Some(last) = last else {
+        // Nothing logged: an ended run's events expired (the caller says so); a live run's
+        // first event may be in flight, so a reader may hold seq 1 (live) but nothing beyond.
+        return if !ended && after > 1 {
+            Err(FollowError::PastEnd { after, last: 0 })
+        } else {
+            Ok(())
+        };
+    };
+    let terminal = last.event.is_terminal();
+    if terminal && after == last.seq {
+        return Err(FollowError::Ended { last: last.seq });
+    }
+    // A live event reaches readers as JetStream stores it, so a reader of a running run may be
+    // one event ahead of the log; never more, and never past a terminal event.
+    let next_possible = if terminal { last.seq } else { last.seq + 1 };
+    if after > next_possible {
+        return Err(FollowError::PastEnd {
+            after,
+            last: last.seq,
+        });
+    }
+    Ok(())
 }
 
 /// A live registration; unregisters when dropped.
@@ -211,6 +273,28 @@ struct LogReader {
 }
 
 impl LogReader {
+    /// The task's last stored event, if the log holds one.
+    async fn last(&self) -> anyhow::Result<Option<RunEventV1>> {
+        let found = self
+            .log
+            .get_last_raw_message_by_subject(&self.subject)
+            .await;
+        let message = match found {
+            Ok(message) => message,
+            Err(err)
+                if err.kind()
+                    == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+            {
+                return Ok(None);
+            }
+            Err(err) => return Err(anyhow::Error::new(err).context("cannot read run events")),
+        };
+        match serde_json::from_slice::<RunEventMessage>(&message.payload) {
+            Ok(RunEventMessage::V1(event)) => Ok(Some(event)),
+            Err(err) => Err(anyhow::Error::new(err).context("undecodable last run event")),
+        }
+    }
+
     /// The next stored event of the task, if the log holds one.
     async fn next(&mut self) -> anyhow::Result<Option<RunEventV1>> {
         loop {
@@ -241,6 +325,7 @@ impl LogReader {
 
 struct Follow {
     registration: Registration,
+    history: HistoryBarrier,
     reader: LogReader,
     /// `seq` of the last event handed out.
     last: u64,
@@ -253,7 +338,16 @@ struct Follow {
 }
 
 impl Follow {
+    /// The next event; a terminal one once history has written it.
     async fn next(&mut self) -> Option<RunEventV1> {
+        let event = self.next_event().await?;
+        if event.event.is_terminal() {
+            self.history.written(event.task_id, event.seq).await;
+        }
+        Some(event)
+    }
+
+    async fn next_event(&mut self) -> Option<RunEventV1> {
         loop {
             if self.done {
                 return None;
@@ -271,7 +365,13 @@ impl Follow {
                             self.pending.push_back(event);
                             break;
                         }
-                        Ok(Some(_)) => {} // handed out already (it came live)
+                        // At or before the cursor: handed out already (it came live), or
+                        // the cursor was one ahead of the log and this is the end after all.
+                        Ok(Some(event)) if event.event.is_terminal() => {
+                            self.done = true;
+                            return None;
+                        }
+                        Ok(Some(_)) => {}
                         Ok(None) => break,
                         Err(err) => {
                             tracing::warn!(error = format!("{err:#}"), "run event log read failed");
@@ -293,6 +393,7 @@ impl Follow {
                         }
                     }
                     Some(event) if event.seq > self.last + 1 => self.read_log = true, // a gap
+                    Some(event) if event.event.is_terminal() => return None, // reader was ahead
                     Some(_) => {} // older: handed out already
                     None => return None,
                 },
@@ -309,6 +410,62 @@ impl Follow {
         self.last = event.seq;
         self.done = event.event.is_terminal();
         Some(event)
+    }
+}
+
+/// Asks history how far it has written a run (`<prefix>.history.progress`).
+#[derive(Clone)]
+struct HistoryBarrier {
+    client: async_nats::Client,
+    subject: String,
+}
+
+impl HistoryBarrier {
+    /// Returns once history has written `task_id` up to `seq`, or after [`HISTORY_WAIT`], or at
+    /// once when no history replica is there to answer. Polls with a growing pause (10 ms to
+    /// 200 ms): history is usually a few milliseconds behind the worker.
+    async fn written(&self, task_id: Uuid, seq: u64) {
+        let deadline = tokio::time::Instant::now() + HISTORY_WAIT;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.ask(task_id).await {
+                Ok(written) if written >= seq => return,
+                Ok(_) => {}
+                Err(err) => {
+                    let no_history = matches!(
+                        err.kind(),
+                        async_nats::client::RequestErrorKind::NoResponders
+                    );
+                    if no_history {
+                        tracing::warn!(task.id = %task_id, "no history replica answers; the run's end is not held back");
+                        return;
+                    }
+                    tracing::warn!(task.id = %task_id, error = %err, "history progress unknown");
+                }
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                tracing::warn!(task.id = %task_id, seq, "history has not written the run's end in time; handed out anyway");
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    async fn ask(&self, task_id: Uuid) -> Result<u64, async_nats::RequestError> {
+        let request = ProgressRequest::V1 { task_id };
+        let payload = serde_json::to_vec(&request).unwrap_or_default();
+        let request = async_nats::Request::new()
+            .payload(payload.into())
+            .timeout(Some(HISTORY_ASK_TIMEOUT));
+        let reply = self
+            .client
+            .send_request(self.subject.clone(), request)
+            .await?;
+        match serde_json::from_slice(&reply.payload) {
+            Ok(ProgressReply::V1 { written_seq }) => Ok(written_seq),
+            Err(_) => Ok(0),
+        }
     }
 }
 

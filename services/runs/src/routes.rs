@@ -75,6 +75,8 @@ pub(crate) enum ApiError {
     Expired(u64),
     /// 400: a `Last-Event-ID` that is not an event id of this API.
     BadCursor,
+    /// 400: a `Last-Event-ID` past the run's last event (`after`, `last`).
+    PastEnd(u64, u64),
     /// 429: the owner holds as many open streams as allowed.
     TooManyStreams,
     /// 409/410/422/503: an answer to a prompt (`resume`) that cannot be taken, naming the field.
@@ -166,6 +168,12 @@ impl IntoResponse for ApiError {
                 StatusCode::BAD_REQUEST,
                 ErrorCode::InvalidRequest,
                 "Last-Event-ID must be the id of an event this stream sent (a non-negative integer)",
+                "Last-Event-ID",
+            ),
+            ApiError::PastEnd(after, last) => ErrorResponse::with_field(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                format!("Last-Event-ID {after} is past the last event of this run ({last})"),
                 "Last-Event-ID",
             ),
             ApiError::BadId => ErrorResponse::with_field(
@@ -442,14 +450,15 @@ async fn follow(
         .streams
         .acquire(owner.as_str())
         .ok_or(ApiError::TooManyStreams)?;
-    let events = state
-        .events
-        .follow(task_id, after, ended)
-        .await
-        .map_err(|err| match err {
-            FollowError::Expired { after } => ApiError::Expired(after),
-            FollowError::Nats(e) => ApiError::Unavailable(e),
-        })?;
+    let events = match state.events.follow(task_id, after, ended).await {
+        Ok(events) => events,
+        // The client has the terminal event (a browser's EventSource reconnecting after the
+        // stream closed): 204 is the status EventSource does not retry.
+        Err(FollowError::Ended { .. }) => return Ok(StatusCode::NO_CONTENT.into_response()),
+        Err(FollowError::PastEnd { after, last }) => return Err(ApiError::PastEnd(after, last)),
+        Err(FollowError::Expired { after }) => return Err(ApiError::Expired(after)),
+        Err(FollowError::Nats(e)) => return Err(ApiError::Unavailable(e)),
+    };
     Ok(sse(events, permit, state.shutdown.clone()))
 }
 

@@ -385,6 +385,17 @@ impl Session {
                 self.error(error, None, None).await;
                 return;
             }
+            // The client has the run's last event: nothing to replay.
+            Err(FollowError::Ended { .. }) => return,
+            Err(err @ FollowError::PastEnd { .. }) => {
+                let error = WsError::new(
+                    WsErrorCode::InvalidMessage,
+                    err.to_string(),
+                    "last_message_id",
+                );
+                self.error(error, None, None).await;
+                return;
+            }
             Err(FollowError::Nats(err)) => {
                 tracing::warn!(error = format!("{err:#}"), "cannot follow run events");
                 return;

@@ -446,12 +446,13 @@ fn block_part(block: &ContentBlock) -> Option<Value> {
     let image_url = match block {
         ContentBlock::Text(text) => return Some(json!({"type": "text", "text": text.text})),
         ContentBlock::Binary(binary) => {
-            if !binary.mime_type.starts_with("image/") {
+            let mime = binary.mime();
+            if !mime.starts_with("image/") {
                 return None;
             }
-            match (&binary.url, &binary.data) {
+            match (&binary.url, binary.data.as_ref().and_then(Value::as_str)) {
                 (Some(url), _) if fetchable(url) => url.clone(),
-                (_, Some(data)) => format!("data:{};base64,{data}", binary.mime_type),
+                (_, Some(data)) => format!("data:{mime};base64,{data}"),
                 _ => return None,
             }
         }
