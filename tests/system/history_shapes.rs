@@ -376,3 +376,93 @@ async fn every_shape_is_scoped_to_its_owner_and_names_the_bad_parameter() {
         assert_eq!(response.status(), 401, "{path} without a token");
     }
 }
+
+/// Posts a run with `Accept: text/event-stream` and reads it to its terminal event.
+async fn run_to_end(
+    platform: &TestPlatform,
+    token: &str,
+    thread: &str,
+    run: &str,
+    text: &str,
+) -> Value {
+    let response = platform
+        .http
+        .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
+        .bearer_auth(token)
+        .header("accept", "text/event-stream")
+        .json(&text_run(thread, run, text))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let frames = switchboard_system_tests::read_sse(response, None)
+        .await
+        .unwrap();
+    frames.last().unwrap().data.clone()
+}
+
+#[tokio::test]
+async fn an_agent_sets_its_stage_and_own_fields_and_every_agent_message_has_its_latency() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let thread = thread();
+    let end = run_to_end(
+        &platform,
+        &alice,
+        &thread,
+        "meta",
+        r#"/meta {"stage": "intent", "intent": "greeting", "confidence": 0.9} hello"#,
+    )
+    .await;
+    assert_eq!(end["type"], "RUN_FINISHED", "{end}");
+    // The platform's own fields cannot be set: the agent is told, the run fails.
+    let end = run_to_end(
+        &platform,
+        &alice,
+        &thread,
+        "forged",
+        r#"/meta {"run_id": "someone-else"} hi"#,
+    )
+    .await;
+    assert_eq!(end["type"], "RUN_ERROR", "{end}");
+    let end = run_to_end(
+        &platform,
+        &alice,
+        &thread,
+        "tool",
+        r#"/tool lookup {"q": 1}"#,
+    )
+    .await;
+    assert_eq!(end["type"], "RUN_FINISHED", "{end}");
+    // Read at once: the terminal event came after history wrote the runs.
+    let (status, body) = platform
+        .api()
+        .get_history(&alice, BLOCKS, &[("threadId", &thread)])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let messages = body["messages"].as_array().unwrap();
+    let reply = messages
+        .iter()
+        .find(|m| m["metadata"]["run_id"] == "meta" && m["role"] == "assistant")
+        .unwrap();
+    let meta = &reply["metadata"];
+    assert_eq!(
+        (&meta["stage"], &meta["intent"], &meta["confidence"]),
+        (&json!("intent"), &json!("greeting"), &json!(0.9)),
+        "{meta}"
+    );
+    assert_eq!(meta["message_id"], reply["id"]);
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["metadata"]["run_id"] != "someone-else"),
+        "nothing forged"
+    );
+    for message in messages.iter().filter(|m| m["role"] != "user") {
+        assert!(
+            message["metadata"]["latency_ms"].is_i64(),
+            "every agent message has latency_ms: {message}"
+        );
+    }
+}

@@ -4,6 +4,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use protocol::agui::Event;
 use protocol::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use protocol::messaging::{RunEventV1, RunTaskV1};
+use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use protocol::run_input::Message;
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints};
 use serde_json::{Value, json};
@@ -254,6 +255,19 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         }
         Event::ToolCallEnd { tool_call_id } => {
             refresh_tool_calls(&mut tx, event.task_id, tool_call_id).await?;
+            // A message made only of tool calls ends with its last call; a text message keeps
+            // the latency its TEXT_MESSAGE_END set.
+            let latency_ms = (event.emitted_at - accepted_at).num_milliseconds();
+            sqlx::query(
+                "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
+                 WHERE task_id = $1 AND NOT metadata ? 'latency_ms'
+                   AND message_id = (SELECT message_id FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2)",
+            )
+            .bind(event.task_id)
+            .bind(tool_call_id)
+            .bind(latency_ms)
+            .execute(&mut *tx)
+            .await?;
         }
         Event::ToolCallResult {
             message_id,
@@ -301,6 +315,24 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
                 }
                 Err(err) => {
                     tracing::warn!(task.id = %event.task_id, error = %err, "ui_hints ignored");
+                }
+            }
+        }
+        Event::Custom { name, value } if name == MESSAGE_METADATA_EVENT => {
+            match AgentMetadata::parse_event(value) {
+                // Only on a message of this run (the `task_id` bound); the platform's own fields
+                // cannot be set (the event is refused whole).
+                Ok(fields) => {
+                    merge_metadata(
+                        &mut tx,
+                        event.task_id,
+                        &fields.message_id,
+                        Value::Object(fields.metadata),
+                    )
+                    .await?;
+                }
+                Err(err) => {
+                    tracing::warn!(task.id = %event.task_id, error = %err, "message_metadata ignored");
                 }
             }
         }

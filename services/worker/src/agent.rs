@@ -118,6 +118,8 @@ pub trait Agent: Send + Sync + 'static {
 ///   checkbox, dropdown; the seed's example options) and stops on the prompt; the run that
 ///   continues answers `You answered: <answer>`, or says the question timed out or was
 ///   cancelled;
+/// - `/meta <json object> <text>` echoes `<text>` and sets the object's fields (`stage` and
+///   custom fields) on the reply's metadata;
 /// - `/tool <name> <json arguments>` calls the tool: a client tool (one of the run's `tools`)
 ///   is called and the run ends, for the client to answer; any other name runs the built-in
 ///   backend tool, which returns its arguments, then a summary follows. Both the tool result
@@ -169,6 +171,17 @@ impl Agent for EchoAgent {
             }
             if let Some(call) = trimmed.strip_prefix("/tool ") {
                 return call_tool(input, sink, &reply_id, call).await;
+            }
+            if let Some(spec) = trimmed.strip_prefix("/meta ") {
+                let mut fields =
+                    serde_json::Deserializer::from_str(spec).into_iter::<serde_json::Value>();
+                let metadata = match fields.next() {
+                    Some(Ok(serde_json::Value::Object(metadata))) => metadata,
+                    _ => anyhow::bail!("/meta needs a JSON object first"),
+                };
+                let rest = spec[fields.byte_offset()..].trim();
+                stream_text(sink, &reply_id, &Self::reply(rest), None).await?;
+                return sink.annotate(&reply_id, metadata).await;
             }
             let (reply, pause) = if trimmed == "/tools" {
                 (input.system_prompt.clone(), None)

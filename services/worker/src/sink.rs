@@ -6,6 +6,7 @@ use async_nats::jetstream;
 use chrono::Utc;
 use protocol::agui::Event;
 use protocol::messaging::{Names, RunEventMessage, RunEventV1, RunTaskV1};
+use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use tokio_util::sync::CancellationToken;
 
 /// The run was cancelled by its owner; returned by [`EventSink::emit`] and [`EventSink::pause`].
@@ -85,6 +86,22 @@ impl EventSink {
     /// The prompt the agent asked, if any.
     pub(crate) fn take_prompt(&mut self) -> Option<protocol::interaction::Prompt> {
         self.ask.take()
+    }
+
+    /// Sets fields of the metadata of the agent's message `message_id` (a message this run
+    /// started): `stage` and custom fields, checked by [`AgentMetadata::new`] before anything
+    /// is sent, so an agent learns at once that a field is refused.
+    pub async fn annotate(
+        &mut self,
+        message_id: &str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    ) -> anyhow::Result<()> {
+        let fields = AgentMetadata::new(message_id, metadata).map_err(anyhow::Error::msg)?;
+        self.emit(Event::Custom {
+            name: MESSAGE_METADATA_EVENT.to_owned(),
+            value: fields.to_value(),
+        })
+        .await
     }
 
     /// Whether the owner cancelled the run.
