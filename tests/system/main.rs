@@ -1,6 +1,7 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
 
 mod admission;
+mod agents;
 mod agui;
 mod attachment_content;
 mod browser;

@@ -121,6 +121,8 @@ pub struct RunBuckets {
     pub prompts: JsonKv,
     /// Deadlines of pending prompts that have a timeout (same keys as `prompts`).
     pub prompt_deadlines: JsonKv,
+    /// The cards of the agents workers run (`agent.<name>`), kept until replaced.
+    pub agents: JsonKv,
 }
 
 /// Creates (or opens) the run lifecycle buckets. Safe to call from every replica.
@@ -152,6 +154,7 @@ pub async fn ensure_run_buckets(
         thread_locks: open(names.thread_locks_bucket(), RUN_EVENTS_MAX_AGE).await?,
         prompts: open(names.prompts_bucket(), RUNS_MAX_AGE).await?,
         prompt_deadlines: open(names.prompt_deadlines_bucket(), RUNS_MAX_AGE).await?,
+        agents: open(names.agents_bucket(), Duration::ZERO).await?,
     })
 }
 
@@ -301,6 +304,25 @@ impl JsonKv {
     pub async fn keys(&self) -> anyhow::Result<Vec<String>> {
         use futures::TryStreamExt as _;
         Ok(self.store.keys().await?.try_collect().await?)
+    }
+
+    /// The current value of every key, then every change, as `(key, value)`: `None` for a
+    /// delete or a value this version cannot decode. Ends when the watch fails.
+    pub async fn watch_all<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+    ) -> anyhow::Result<impl futures::Stream<Item = (String, Option<T>)> + Send + 'static> {
+        use futures::StreamExt as _;
+        use jetstream::kv::Operation;
+        let watch = self.store.watch_with_history(">").await?;
+        Ok(watch
+            .take_while(|entry| std::future::ready(entry.is_ok()))
+            .filter_map(|entry| async move {
+                let entry = entry.ok()?;
+                let value = (entry.operation == Operation::Put)
+                    .then(|| serde_json::from_slice(&entry.value).ok())
+                    .flatten();
+                Some((entry.key, value))
+            }))
     }
 }
 

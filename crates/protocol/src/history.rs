@@ -88,6 +88,41 @@ pub struct BlockHistoryResponse {
     pub messages: Vec<BlockMessage>,
 }
 
+/// `GET /api/v1/agent/history/bodies`: the same day with every message as a
+/// [`MessageBody`](crate::message_body::MessageBody) (`message-body-structure-proposal.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BodyHistoryResponse {
+    /// Always `history_day`.
+    pub scope: HistoryScope,
+    /// The thread shown, `null` when the caller has none.
+    pub thread_id: Option<String>,
+    /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
+    pub day: Option<String>,
+    /// Whether earlier days have messages.
+    pub has_more: bool,
+    /// That day's messages in `seq` order.
+    pub messages: Vec<BodyMessage>,
+}
+
+/// One message as a `MessageBody`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BodyMessage {
+    /// Message id.
+    pub id: String,
+    /// Position in the thread.
+    pub seq: i64,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The message's parts.
+    pub body: crate::message_body::MessageBody,
+    /// The stored metadata.
+    pub metadata: Value,
+    /// ISO-8601.
+    pub timestamp: String,
+}
+
 /// One message in block form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -223,6 +223,9 @@ pub struct PromptRecord {
     /// Run id of the run that continues after the answer or the timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuation_run_id: Option<String>,
+    /// The agent that asked; the continuation goes to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl PromptRecord {
@@ -388,6 +391,7 @@ mod tests {
             status: PromptStatus::Pending,
             answer: None,
             continuation_run_id: None,
+            agent: None,
         };
         let interrupt = record.interrupt();
         assert_eq!(interrupt["id"], "p1");

@@ -5,6 +5,7 @@
 //! envelope and the validation rules of `RunAgentInput`. No runtime (tokio, axum, sqlx) is
 //! allowed in this crate, so any service, tool or fuzz target can depend on it cheaply.
 
+pub mod agents;
 pub mod agui;
 pub mod error;
 pub mod file_types;

@@ -162,6 +162,11 @@ impl Names {
         )
     }
 
+    /// KV bucket of the agent cards workers register (`agent.<name>`).
+    pub fn agents_bucket(&self) -> String {
+        self.bucket("AGENTS")
+    }
+
     /// KV bucket of run status records (`task.<id>`), written once a worker or a cancel
     /// touches the run; a run without one is queued.
     pub fn run_status_bucket(&self) -> String {
@@ -297,6 +302,9 @@ pub struct RunTaskV1 {
     /// OpenTelemetry trace id of the request that started the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The agent the run is for (its card's name); `None`: the worker's default agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// The prompt a continuation run answers.

@@ -8,10 +8,12 @@ use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
+use protocol::agents::StoredMessage;
 use protocol::file_types;
 use protocol::history::{
-    BlockHistoryResponse, BlockMessage, HistoryAgentMessage, HistoryMessage, HistoryScope,
-    HistorySnapshotResponse, HistoryUserMessage, SessionHistoryResponse, SessionMessage,
+    BlockHistoryResponse, BlockMessage, BodyHistoryResponse, BodyMessage, HistoryAgentMessage,
+    HistoryMessage, HistoryScope, HistorySnapshotResponse, HistoryUserMessage,
+    SessionHistoryResponse, SessionMessage,
 };
 use protocol::metadata::{AttachedFile, UserMessageAttachments};
 use protocol::ui_schema::compile_stored;
@@ -28,6 +30,7 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/v1/agent/history", get(history))
         .route("/api/v1/agent/history/blocks", get(history_blocks))
+        .route("/api/v1/agent/history/bodies", get(history_bodies))
         .route("/v2/history", get(session_history))
         .route("/api/v1/agent/threads", get(threads))
         .with_state(state)
@@ -239,6 +242,99 @@ async fn history_blocks(
             .map(|(row, (files, urls))| to_block_message(row, &files, urls))
             .collect(),
     }))
+}
+
+/// `GET /api/v1/agent/history/bodies`: the same day with every message as a `MessageBody`, so a
+/// client renders parts the same way whatever the transport; a user's files carry freshly
+/// signed URLs (`s3://` when they cannot be signed, e.g. deleted).
+async fn history_bodies(
+    State(state): State<AppState>,
+    owner: Owner,
+    params: QueryResult<HistoryQuery>,
+) -> Result<axum::Json<BodyHistoryResponse>, ErrorResponse> {
+    let q = query(params)?;
+    let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
+    let files: Vec<Vec<AttachedFile>> = day.rows.iter().map(user_files).collect();
+    let wanted: Vec<Vec<String>> = files
+        .iter()
+        .map(|fs| fs.iter().map(AttachedFile::content_url).collect())
+        .collect();
+    let signed = sign_all(&state, &owner, &wanted).await;
+    let shown = day.day();
+    let mut messages = Vec::with_capacity(day.rows.len());
+    for (row, (files, urls)) in day.rows.into_iter().zip(files.into_iter().zip(signed)) {
+        let stored = StoredMessage {
+            role: &row.role,
+            text: &row.content,
+            files: files
+                .iter()
+                .zip(urls)
+                .map(|(f, url)| {
+                    let url = url.unwrap_or_else(|| f.content_url());
+                    (f.name().to_owned(), f.mime_type.clone(), url)
+                })
+                .collect(),
+            tool_calls: stored_tool_calls(&row.metadata),
+            generated: generated_files(&row.metadata),
+        };
+        let body = stored.body().map_err(|err| {
+            ErrorResponse::internal(&anyhow::anyhow!(
+                "stored message {} as a body: {err}",
+                row.message_id
+            ))
+        })?;
+        messages.push(BodyMessage {
+            id: row.message_id,
+            seq: row.seq,
+            role: row.role,
+            body,
+            metadata: row.metadata,
+            timestamp: timestamp(row.created_at),
+        });
+    }
+    Ok(axum::Json(BodyHistoryResponse {
+        scope: HistoryScope::HistoryDay,
+        day: shown,
+        thread_id: day.thread_id,
+        has_more: day.has_more,
+        messages,
+    }))
+}
+
+/// `(id, name, arguments)` of a message's stored tool calls.
+fn stored_tool_calls(metadata: &Value) -> Vec<(String, String, String)> {
+    let text = |call: &Value, key: &str| call[key].as_str().unwrap_or_default().to_owned();
+    metadata
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| (text(c, "id"), text(c, "name"), text(c, "arguments")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `(file name, content type, URL)` of the files an agent made, where they were registered.
+fn generated_files(metadata: &Value) -> Vec<(String, String, String)> {
+    metadata
+        .get("attachments")
+        .and_then(Value::as_array)
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|f| {
+                    let name = f["filename"].as_str()?;
+                    let url = f["content_url"].as_str()?;
+                    let kind = f["content_type"]
+                        .as_str()
+                        .unwrap_or("application/octet-stream");
+                    Some((name.to_owned(), kind.to_owned(), url.to_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `GET /v2/history?session_id=`: the same day in the form of `file-attachments.md`.

@@ -89,6 +89,7 @@ impl Acceptor {
         attachments: Vec<AttachedFile>,
         conversation: bool,
         resumed: Option<Resumed>,
+        agent: Option<String>,
     ) -> Result<TaskAcceptedResponse, AcceptError> {
         let subject = self
             .names
@@ -102,6 +103,7 @@ impl Acceptor {
             conversation,
             resumed,
             trace_id: platform::telemetry::current_trace_id(),
+            agent,
         };
         let thread_id = task.input.thread_id.as_str();
         if self.policy == ActiveRunPolicy::Reject {
@@ -138,7 +140,8 @@ impl Acceptor {
     }
 }
 
-/// A retry with the same body gets the original answer; another body is a conflict.
+/// A retry with the same body gets the original answer; another body is a conflict. (The
+/// agent is not compared: a retry keeps the agent its original was accepted for.)
 fn answer_retry(
     task: &RunTaskV1,
     original: RunTaskV1,

@@ -3,10 +3,12 @@
 
 mod accept;
 mod admit;
+mod agents;
 mod events;
 mod limit;
 mod prompts;
 mod routes;
+mod start;
 mod status;
 mod ws;
 
@@ -80,6 +82,8 @@ pub(crate) struct AppState {
     pub(crate) events: events::EventHub,
     pub(crate) buckets: platform::nats::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
+    /// The agents workers registered.
+    pub(crate) agents: agents::AgentCatalog,
     /// Cancelled at shutdown: ends the open event streams so the server can drain.
     pub(crate) shutdown: CancellationToken,
 }
@@ -128,6 +132,7 @@ impl platform::service::Service for Application {
         ));
         let hub_client = client.clone();
         let prompt_buckets = buckets.clone();
+        let agents_kv = buckets.agents.clone();
         let runs = Arc::new(status::RunDirectory::new(
             client,
             runs_stream,
@@ -152,6 +157,7 @@ impl platform::service::Service for Application {
             streams: limit::StreamQuota::new(
                 usize::try_from(config.max_streams_per_owner).unwrap_or(usize::MAX),
             ),
+            agents: agents::AgentCatalog::start(agents_kv, shutdown.clone()),
             shutdown: shutdown.clone(),
         };
         let router = routes::router(state).merge(platform::http::health_routes(vec![(

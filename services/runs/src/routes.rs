@@ -15,6 +15,7 @@ use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
 use protocol::TaskAcceptedResponse;
+use protocol::message_body::MessageBodySchema;
 use protocol::run_input::RunAgentInput;
 use protocol::validate::{
     MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, parse_conversation_input,
@@ -22,11 +23,11 @@ use protocol::validate::{
 };
 
 use crate::AppState;
-use crate::accept::AcceptError;
-use crate::admit::AdmitError;
+use crate::agents::ChooseError;
 use crate::events::FollowError;
 use crate::limit::StreamPermit;
-use crate::prompts::{self, PromptError, Reply};
+use crate::prompts::{PromptError, Reply};
+use crate::start::{Answer, StartError, start_run};
 use crate::status::status_response;
 
 /// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
@@ -46,6 +47,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/agent/runs/{run_id}/events", get(run_events))
         .route("/api/v1/agent/ag-ui", post(ag_ui_run))
         .route("/v2/chat", post(chat))
+        .route("/api/v1/agents", get(list_agents))
+        .route("/api/v1/agents/compatibility", post(compatibility))
         .route("/websocket", get(crate::ws::websocket))
         .route(
             "/openapi.json",
@@ -87,6 +90,19 @@ pub(crate) enum ApiError {
     Internal(anyhow::Error),
     /// 503: NATS did not acknowledge.
     Unavailable(anyhow::Error),
+}
+
+impl From<StartError> for ApiError {
+    fn from(err: StartError) -> Self {
+        match err {
+            StartError::RateLimited(wait) => ApiError::RateLimited(wait),
+            StartError::Refused(violation) => ApiError::Invalid(violation),
+            StartError::Prompt(err, field) => ApiError::Prompt(err, field),
+            StartError::Conflict => ApiError::Conflict,
+            StartError::ThreadBusy => ApiError::ThreadBusy,
+            StartError::Unavailable(err) => ApiError::Unavailable(err),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -330,67 +346,83 @@ async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes,
         .to_bytes())
 }
 
-/// Rate limit, attachment admission, acceptance onto JetStream.
-/// The prompt a run answers: closed once the run is admitted (rate limit, files), just before
-/// it is accepted, so a refused run leaves the prompt open.
-pub(crate) struct Answer {
-    pub(crate) prompt_id: String,
-    pub(crate) reply: Reply,
+/// `GET /api/v1/agents`: every agent a run can name in `forwardedProps.agent`, with its input
+/// and output schemas, and the default one.
+async fn list_agents(
+    State(state): State<AppState>,
+    _owner: Owner,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let cards = state.agents.list().await.map_err(|err| match err {
+        ChooseError::Unavailable(e) => ApiError::Unavailable(e),
+        other => ApiError::Internal(other.into()),
+    })?;
+    let default = cards.iter().find(|c| c.default).map(|c| c.name.clone());
+    let agents: Vec<serde_json::Value> = cards
+        .iter()
+        .map(|card| {
+            serde_json::json!({"name": card.name, "description": card.description,
+                "inputSchema": card.input_schema, "outputSchema": card.output_schema})
+        })
+        .collect();
+    Ok(axum::Json(
+        serde_json::json!({"agents": agents, "default": default}),
+    ))
 }
 
-pub(crate) async fn start_run(
-    state: &AppState,
-    owner: &Owner,
-    mut input: RunAgentInput,
-    conversation: bool,
-    answer: Option<Answer>,
-) -> Result<TaskAcceptedResponse, ApiError> {
-    state
-        .limiter
-        .check(owner.as_str())
-        .map_err(ApiError::RateLimited)?;
-    let attachments = state
-        .admission
-        .admit(owner.as_str(), &mut input)
-        .await
-        .map_err(|err| match err {
-            AdmitError::Refused { field, message } => ApiError::Invalid(Violation {
-                kind: ViolationKind::Rule,
-                field,
-                message,
-            }),
-            AdmitError::Unavailable(e) => ApiError::Unavailable(e),
-        })?;
-    let resumed = match answer {
-        None => None,
-        Some(answer) => Some(
-            prompts::answer(
-                &state.buckets,
-                owner.as_str(),
-                &input.thread_id,
-                &answer.prompt_id,
-                answer.reply,
-                &input.run_id,
-            )
-            .await
-            .map_err(|err| {
-                let field = match err {
-                    PromptError::BadAnswer(_) => "/resume/0/payload",
-                    _ => "/resume/0/interruptId",
-                };
-                ApiError::Prompt(err, field.to_owned())
-            })?,
-        ),
-    };
-    state
-        .accept
-        .accept(owner.as_str(), input, attachments, conversation, resumed)
-        .await
-        .map_err(|err| match err {
-            AcceptError::Conflict => ApiError::Conflict,
-            AcceptError::ThreadBusy => ApiError::ThreadBusy,
-            AcceptError::Unavailable(e) => ApiError::Unavailable(e),
+/// `POST /api/v1/agents/compatibility` `{"from", "to"}`, each an agent name or an inline
+/// `MessageBodySchema`: can every message valid under `from`'s output schema be fed to `to`'s
+/// input schema? `{"compatible": true}`, or `false` with the reasons.
+async fn compatibility(
+    State(state): State<AppState>,
+    _owner: Owner,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let bytes = read_json_body(&headers, body).await?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|err| {
+        ApiError::Invalid(Violation {
+            kind: ViolationKind::Malformed,
+            field: String::new(),
+            message: format!("the body is not JSON: {err}"),
         })
+    })?;
+    let schema = |side: &str, output: bool| {
+        let field = format!("/{side}");
+        let invalid = |message: String| {
+            ApiError::Invalid(Violation {
+                kind: ViolationKind::Rule,
+                field: field.clone(),
+                message,
+            })
+        };
+        match value.get(side) {
+            Some(serde_json::Value::String(name)) => {
+                let card = state
+                    .agents
+                    .get_cached(name)
+                    .ok_or_else(|| invalid(format!("{side} names no agent: {name:?}")))?;
+                Ok(if output {
+                    card.output_schema
+                } else {
+                    card.input_schema
+                })
+            }
+            Some(inline @ serde_json::Value::Object(_)) => {
+                serde_json::from_value::<MessageBodySchema>(inline.clone())
+                    .map_err(|err| invalid(format!("{side} is not a MessageBodySchema: {err}")))
+            }
+            _ => Err(invalid(format!(
+                "{side} is required: an agent name or a MessageBodySchema"
+            ))),
+        }
+    };
+    // A name may have been registered moments ago: read the catalog once before judging.
+    let _ = state.agents.list().await;
+    let (from, to) = (schema("from", true)?, schema("to", false)?);
+    Ok(axum::Json(match from.compatible_with(&to) {
+        Ok(()) => serde_json::json!({"compatible": true, "incompatibilities": []}),
+        Err(reasons) => serde_json::json!({"compatible": false, "incompatibilities": reasons}),
+    }))
 }
 
 /// `GET /api/v1/agent/runs/{runId}/events`: the run's AG-UI events as server-sent events, from

@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::AppState;
 use crate::events::FollowError;
 use crate::prompts::{self, PromptError, Reply};
-use crate::routes::{Answer, ApiError, start_run};
+use crate::start::{Answer, StartError, start_run};
 
 /// Server messages queued per connection before the slowest reader holds its runs back.
 const OUTBOX: usize = 1024;
@@ -528,9 +528,9 @@ pub(crate) fn chat_input(
 }
 
 /// The WebSocket error for a refused run.
-fn api_error(err: ApiError) -> WsError {
+fn api_error(err: StartError) -> WsError {
     match err {
-        ApiError::Prompt(err, _) => match err {
+        StartError::Prompt(err, _) => match err {
             PromptError::NotFound => WsError::new(
                 WsErrorCode::InvalidMessage,
                 "parent_id names no prompt of this conversation",
@@ -552,7 +552,7 @@ fn api_error(err: ApiError) -> WsError {
                 WsError::new(WsErrorCode::UnknownError, "please retry", "unavailable")
             }
         },
-        ApiError::Invalid(v) => {
+        StartError::Refused(v) => {
             let code = if v.field.contains("/content/") {
                 WsErrorCode::InvalidDataContent
             } else {
@@ -560,12 +560,12 @@ fn api_error(err: ApiError) -> WsError {
             };
             WsError::new(code, v.message, v.field)
         }
-        ApiError::Conflict | ApiError::ThreadBusy => WsError::new(
+        StartError::Conflict | StartError::ThreadBusy => WsError::new(
             WsErrorCode::InvalidMessage,
             "this message id was already used differently, or the conversation is busy",
             "id",
         ),
-        ApiError::RateLimited(wait) => WsError::new(
+        StartError::RateLimited(wait) => WsError::new(
             WsErrorCode::UnknownError,
             format!(
                 "too many runs started; retry in {} s",

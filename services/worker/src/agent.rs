@@ -3,12 +3,15 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use protocol::agents::AgentCard;
 use protocol::agui::Event;
 use protocol::interaction::{DEFAULT_PROMPT_ERROR, InputType, Prompt, PromptOption, PromptOutcome};
+use protocol::message_body::MessageBodySchema;
 use protocol::messaging::RunTaskV1;
 use protocol::run_input::Message;
 use protocol::tools::build_tools_prompt;
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints, UiHintsEvent, UiStatus};
+use serde_json::json;
 
 use crate::attachments::AttachmentContent;
 use crate::sink::EventSink;
@@ -99,8 +102,12 @@ impl<'a> ModelInput<'a> {
 
 /// An agent backend: turns a task into events on `sink`. Emits no terminal event itself; the
 /// worker ends the run with `RUN_FINISHED` or `RUN_ERROR` from the result. Waits through
-/// [`EventSink::pause`] so a cancel stops it promptly.
+/// [`EventSink::pause`] so a cancel stops it promptly. Declares what it accepts and produces
+/// ([`AgentCard`]); the worker checks its output against it before the run finishes.
 pub trait Agent: Send + Sync + 'static {
+    /// Its name, description and schemas (`default` is set by the worker).
+    fn card(&self) -> anyhow::Result<AgentCard>;
+
     /// Runs the agent, publishing its events.
     fn run<'a>(
         &'a self,
@@ -113,6 +120,8 @@ pub trait Agent: Send + Sync + 'static {
 /// - `/tools` answers with the system prompt the worker built (the tools block);
 /// - `/slow <text>` streams the same echo with a 200 ms pause between words (for cancel tests);
 /// - `/fail` fails, so the run ends with `RUN_ERROR`;
+/// - `/silent` says nothing, breaking its own output schema (a reply is required), so the
+///   worker ends the run with `RUN_ERROR` `output_schema_violation`;
 /// - `/ui <title>` echoes and attaches `ui_hints` (title, success badge, the echo as body);
 /// - `/ask <input_type>[:<timeout secs>] <question>` asks the user (text, binary_choice, radio,
 ///   checkbox, dropdown; the seed's example options) and stops on the prompt; the run that
@@ -134,7 +143,60 @@ impl EchoAgent {
     }
 }
 
+/// A schema from its JSON form (the built-in agents' schemas are literals).
+fn schema(value: serde_json::Value) -> anyhow::Result<MessageBodySchema> {
+    Ok(serde_json::from_value(value)?)
+}
+
+/// The echo agent restricted to text: its input schema refuses files (for clients and tests
+/// that need an agent whose schema says no).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextOnlyEcho;
+
+impl Agent for TextOnlyEcho {
+    fn card(&self) -> anyhow::Result<AgentCard> {
+        Ok(AgentCard {
+            name: "echo-text".to_owned(),
+            description: "The built-in echo agent for text only: refuses files.".to_owned(),
+            input_schema: schema(
+                json!({"parts": [{"contentType": "text/{plain,markdown}", "required": true}]}),
+            )?,
+            output_schema: schema(
+                json!({"parts": [{"contentType": "text/markdown", "required": true}]}),
+            )?,
+            default: false,
+        })
+    }
+
+    fn run<'a>(
+        &'a self,
+        input: &'a ModelInput<'a>,
+        sink: &'a mut EventSink,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        EchoAgent.run(input, sink)
+    }
+}
+
 impl Agent for EchoAgent {
+    fn card(&self) -> anyhow::Result<AgentCard> {
+        Ok(AgentCard {
+            name: "echo".to_owned(),
+            description:
+                "The built-in deterministic agent: echoes, describes files, asks, calls tools."
+                    .to_owned(),
+            input_schema: schema(json!({"parts": [
+                {"contentType": "text/{plain,markdown}"},
+                {"name": "/attachments/*"}
+            ]}))?,
+            output_schema: schema(json!({"parts": [
+                {"contentType": "text/markdown", "required": true},
+                {"name": "/tool_calls/*", "contentType": "application/json"},
+                {"name": "/files/*"}
+            ]}))?,
+            default: false,
+        })
+    }
+
     fn run<'a>(
         &'a self,
         input: &'a ModelInput<'a>,
@@ -145,6 +207,9 @@ impl Agent for EchoAgent {
             let trimmed = text.trim();
             if trimmed == "/fail" {
                 anyhow::bail!("asked to fail");
+            }
+            if trimmed == "/silent" {
+                return Ok(());
             }
             let reply_id = format!("{}-reply", input.task.task_id);
             if let Some(resumed) = &input.task.resumed {

@@ -23,8 +23,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::agent::{Agent, ModelInput};
+use crate::agent::ModelInput;
 use crate::attachments::AttachmentReader;
+use crate::registry::AgentSet;
 use crate::sink::EventSink;
 
 /// How soon a run waiting for its thread (policy `enqueue`) is offered again.
@@ -42,7 +43,7 @@ pub(crate) struct RunConsumer {
     runs: jetstream::stream::Stream,
     /// The RUN_EVENTS stream (read when ending a lost run).
     events: jetstream::stream::Stream,
-    agent: Arc<dyn Agent>,
+    agents: Arc<AgentSet>,
     /// Reads the user message's files; `None` without S3 settings.
     reader: Option<AttachmentReader>,
     concurrency: usize,
@@ -63,12 +64,16 @@ impl RunConsumer {
         client: async_nats::Client,
         js: jetstream::Context,
         names: Names,
-        agent: Arc<dyn Agent>,
+        agents: Arc<AgentSet>,
         reader: Option<AttachmentReader>,
         concurrency: usize,
         ack_wait: Duration,
     ) -> anyhow::Result<Self> {
         let buckets = platform::nats::ensure_run_buckets(&js, &names).await?;
+        agents
+            .register(&buckets.agents)
+            .await
+            .context("cannot register the agents")?;
         let stream = js.get_stream(names.runs_stream()).await?;
         let events = js.get_stream(names.run_events_stream()).await?;
         let consumer = stream
@@ -92,7 +97,7 @@ impl RunConsumer {
             consumer,
             runs: stream,
             events,
-            agent,
+            agents,
             reader,
             concurrency,
             heartbeat: ack_wait / 3,
@@ -306,12 +311,46 @@ impl RunConsumer {
                 () = token.cancelled() => Vec::new(),
             }
         };
+        let Some((agent, card)) = self.agents.get(task.agent.as_deref()) else {
+            let message = format!(
+                "this worker runs no agent named {:?}",
+                task.agent.as_deref().unwrap_or_default()
+            );
+            sink.finish(Event::RunError {
+                message: message.clone(),
+                code: Some("unknown_agent".to_owned()),
+            })
+            .await?;
+            return Ok((RunStatus::Failed, Some(message)));
+        };
         let input = ModelInput::new(task).with_attachments(attachments);
         let result = if token.is_cancelled() {
             Err(crate::sink::Cancelled.into())
         } else {
-            self.agent.run(&input, &mut sink).await
+            agent.run(&input, &mut sink).await
         };
+        // An agent that broke its own output schema ends the run as failed, naming the rule.
+        let broken = match (&result, sink.output()) {
+            (Ok(()), Ok(body)) => card.output_schema.check(&body).err().map(|violations| {
+                violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+            (Ok(()), Err(err)) => Some(err.to_string()),
+            (Err(_), _) => None,
+        };
+        if let Some(why) = broken {
+            let message = format!("the agent {:?} broke its output schema: {why}", card.name);
+            tracing::warn!(agent = %card.name, "agent output refused by its schema");
+            sink.finish(Event::RunError {
+                message: message.clone(),
+                code: Some("output_schema_violation".to_owned()),
+            })
+            .await?;
+            return Ok((RunStatus::Failed, Some(message)));
+        }
         match result {
             Ok(()) => {
                 let outcome = match sink.take_prompt() {
@@ -386,6 +425,7 @@ impl RunConsumer {
             status: PromptStatus::Pending,
             answer: None,
             continuation_run_id: None,
+            agent: task.agent.clone(),
         };
         let key = prompt_key(&record.prompt_id);
         let record = match self.buckets.prompts.create(&key, &record).await? {

@@ -117,6 +117,7 @@ async fn start_continuation(
             outcome: PromptOutcome::TimedOut,
         }),
         trace_id: None,
+        agent: record.agent.clone(),
     };
     let subject = names.run_accepted_subject(&record.owner, &record.thread_id, &run_id);
     platform::nats::publish_task(js, &subject, &task).await?;

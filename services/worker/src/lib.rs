@@ -6,6 +6,7 @@ pub mod attachments;
 mod consumer;
 mod deadlines;
 pub mod openai;
+pub mod registry;
 pub mod sink;
 
 use std::net::SocketAddr;
@@ -87,11 +88,18 @@ impl platform::service::Service for Application {
 
     /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
     async fn build(config: Config) -> anyhow::Result<Self> {
-        let agent: Arc<dyn agent::Agent> = match &config.openai {
-            Some(openai) => Arc::new(openai::OpenAiAgent::new(openai.clone())?),
-            None => Arc::new(agent::EchoAgent),
+        // The built-in agents always; the model backend when configured, then the default.
+        let mut agents: Vec<Arc<dyn agent::Agent>> =
+            vec![Arc::new(agent::EchoAgent), Arc::new(agent::TextOnlyEcho)];
+        let default = match &config.openai {
+            Some(openai) => {
+                agents.push(Arc::new(openai::OpenAiAgent::new(openai.clone())?));
+                "openai"
+            }
+            None => "echo",
         };
-        Application::build_with_agent(config, agent).await
+        let agents = registry::AgentSet::new(agents, default)?;
+        Application::build_with_agents(config, agents).await
     }
 
     /// The bound health port.
@@ -109,10 +117,10 @@ impl platform::service::Service for Application {
 }
 
 impl Application {
-    /// Like [`Application::build`], with another agent backend.
-    pub async fn build_with_agent(
+    /// Like [`Application::build`], with other agents.
+    pub async fn build_with_agents(
         config: Config,
-        agent: Arc<dyn agent::Agent>,
+        agents: registry::AgentSet,
     ) -> anyhow::Result<Self> {
         let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats.names).await?;
@@ -126,7 +134,7 @@ impl Application {
             client,
             js.clone(),
             config.nats.names.clone(),
-            agent,
+            Arc::new(agents),
             reader,
             config.concurrency,
             config.ack_wait,

@@ -149,6 +149,25 @@ impl OpenAiAgent {
 }
 
 impl Agent for OpenAiAgent {
+    fn card(&self) -> anyhow::Result<protocol::agents::AgentCard> {
+        let schema = |value: Value| {
+            serde_json::from_value::<protocol::message_body::MessageBodySchema>(value)
+        };
+        Ok(protocol::agents::AgentCard {
+            name: "openai".to_owned(),
+            description: "An OpenAI-compatible chat-completions model: text, images, documents as text, tool calls.".to_owned(),
+            input_schema: schema(json!({"parts": [
+                {"contentType": "text/{plain,markdown}"},
+                {"name": "/attachments/*"}
+            ]}))?,
+            output_schema: schema(json!({"parts": [
+                {"contentType": "text/markdown"},
+                {"name": "/tool_calls/*", "contentType": "application/json"}
+            ]}))?,
+            default: false,
+        })
+    }
+
     fn run<'a>(
         &'a self,
         input: &'a ModelInput<'a>,

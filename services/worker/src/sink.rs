@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use chrono::Utc;
+use protocol::agents::OutputCollector;
 use protocol::agui::Event;
+use protocol::message_body::{MessageBody, MessageBodyError};
 use protocol::messaging::{Names, RunEventMessage, RunEventV1, RunTaskV1};
 use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +25,8 @@ pub struct EventSink {
     cancel: CancellationToken,
     /// The human-in-the-loop prompt the agent stopped on, if any.
     ask: Option<protocol::interaction::Prompt>,
+    /// What the agent produced, as a `MessageBody` (checked against its output schema).
+    output: OutputCollector,
 }
 
 impl EventSink {
@@ -49,6 +53,7 @@ impl EventSink {
             },
             cancel,
             ask: None,
+            output: OutputCollector::default(),
         }
     }
 
@@ -109,6 +114,11 @@ impl EventSink {
         self.cancel.is_cancelled()
     }
 
+    /// What the agent produced so far, as a `MessageBody`.
+    pub(crate) fn output(&self) -> Result<MessageBody, MessageBodyError> {
+        self.output.body()
+    }
+
     /// Publishes a terminal event even after cancellation.
     pub(crate) async fn finish(&mut self, event: Event) -> anyhow::Result<()> {
         self.publish(event).await
@@ -131,6 +141,8 @@ impl EventSink {
             .await?
             .await?;
         self.template.seq = seq;
+        let RunEventMessage::V1(stored) = &message;
+        self.output.observe(&stored.event);
         Ok(())
     }
 }

@@ -212,6 +212,7 @@ async fn publish_one(
         conversation: false,
         resumed: None,
         trace_id: None,
+        agent: Some("echo".to_owned()),
     }))?;
     let bytes = payload.len();
     let sent = Instant::now();

@@ -1,0 +1,142 @@
+//! The agents runs can be started for: the cards workers register in `<PREFIX>_AGENTS`, kept
+//! in memory from a KV watch (so choosing a run's agent costs no NATS round trip), with a direct
+//! read for a name the watch has not brought yet.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use platform::nats::JsonKv;
+use protocol::agents::{AgentCard, agent_key};
+use tokio_util::sync::CancellationToken;
+
+/// Why no agent could be chosen.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ChooseError {
+    /// No worker registered an agent of that name (422); the known names.
+    #[error("forwardedProps.agent names no agent; known: {}", .0.join(", "))]
+    Unknown(Vec<String>),
+    /// NATS did not answer (503).
+    #[error(transparent)]
+    Unavailable(anyhow::Error),
+}
+
+/// The registered agents.
+#[derive(Clone)]
+pub(crate) struct AgentCatalog {
+    cards: Arc<RwLock<BTreeMap<String, AgentCard>>>,
+    kv: JsonKv,
+}
+
+impl AgentCatalog {
+    /// Follows the bucket until `shutdown` (re-watching after an error).
+    pub(crate) fn start(kv: JsonKv, shutdown: CancellationToken) -> Self {
+        let catalog = Self {
+            cards: Arc::default(),
+            kv,
+        };
+        let follower = catalog.clone();
+        tokio::spawn(async move {
+            while !shutdown.is_cancelled() {
+                match follower.kv.watch_all::<AgentCard>().await {
+                    Ok(changes) => {
+                        let mut changes = std::pin::pin!(changes.take_until(shutdown.cancelled()));
+                        while let Some((key, card)) = changes.next().await {
+                            follower.apply(&key, card);
+                        }
+                    }
+                    Err(err) => tracing::warn!(error = format!("{err:#}"), "cannot watch agents"),
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        });
+        catalog
+    }
+
+    fn apply(&self, key: &str, card: Option<AgentCard>) {
+        let Ok(mut cards) = self.cards.write() else {
+            return;
+        };
+        let name = key.strip_prefix("agent.").unwrap_or(key).to_owned();
+        match card {
+            Some(card) if card.name == name => {
+                cards.insert(name, card);
+            }
+            _ => {
+                cards.remove(&name);
+            }
+        }
+    }
+
+    /// Every registered agent, by name.
+    pub(crate) async fn list(&self) -> Result<Vec<AgentCard>, ChooseError> {
+        self.load_if_empty().await?;
+        Ok(self
+            .cards
+            .read()
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    /// The agent named `requested`, or the default one (`None` when no worker registered any
+    /// agent: the worker then runs its own default).
+    pub(crate) async fn choose(
+        &self,
+        requested: Option<&str>,
+    ) -> Result<Option<AgentCard>, ChooseError> {
+        let Some(name) = requested else {
+            self.load_if_empty().await?;
+            return Ok(self.default_card());
+        };
+        if let Some(card) = self.get_cached(name) {
+            return Ok(Some(card));
+        }
+        // Registered moments ago, perhaps: read it rather than wait for the watch.
+        match self.kv.get::<AgentCard>(&agent_key(name)).await {
+            Ok(Some((card, _))) if card.name == name => {
+                self.apply(&agent_key(name), Some(card.clone()));
+                Ok(Some(card))
+            }
+            Ok(_) => Err(ChooseError::Unknown(self.names())),
+            Err(err) => Err(ChooseError::Unavailable(err)),
+        }
+    }
+
+    /// One of the cards by name, if known here.
+    pub(crate) fn get_cached(&self, name: &str) -> Option<AgentCard> {
+        self.cards.read().ok().and_then(|c| c.get(name).cloned())
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.cards
+            .read()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The first card (by name) marked default.
+    pub(crate) fn default_card(&self) -> Option<AgentCard> {
+        self.cards
+            .read()
+            .ok()
+            .and_then(|c| c.values().find(|card| card.default).cloned())
+    }
+
+    /// Before the watch has delivered anything, read the bucket once.
+    async fn load_if_empty(&self) -> Result<(), ChooseError> {
+        if self.cards.read().is_ok_and(|c| !c.is_empty()) {
+            return Ok(());
+        }
+        let keys = self.kv.keys().await.map_err(ChooseError::Unavailable)?;
+        for key in keys {
+            if let Ok(Some((card, _))) = self.kv.get::<AgentCard>(&key).await {
+                self.apply(&key, Some(card));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,80 @@
+//! The agents this worker runs, by name, with their cards; registered in `<PREFIX>_AGENTS` at
+//! start so the runs service can list them, choose a run's agent and check its input.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use platform::nats::JsonKv;
+use protocol::agents::{AgentCard, agent_key, valid_agent_name};
+
+use crate::agent::Agent;
+
+/// The agents of this worker.
+pub struct AgentSet {
+    agents: BTreeMap<String, (Arc<dyn Agent>, AgentCard)>,
+    default: String,
+}
+
+impl AgentSet {
+    /// The set of `agents`, runs that name none going to `default`. Fails on a card that does
+    /// not build, a bad or repeated name, or a default that is not in the set.
+    pub fn new(agents: Vec<Arc<dyn Agent>>, default: &str) -> anyhow::Result<Self> {
+        let mut by_name = BTreeMap::new();
+        for agent in agents {
+            let mut card = agent.card()?;
+            anyhow::ensure!(
+                valid_agent_name(&card.name),
+                "bad agent name {:?}",
+                card.name
+            );
+            card.default = card.name == default;
+            let name = card.name.clone();
+            anyhow::ensure!(
+                by_name.insert(name.clone(), (agent, card)).is_none(),
+                "two agents are named {name:?}"
+            );
+        }
+        anyhow::ensure!(
+            by_name.contains_key(default),
+            "the default agent {default:?} is not one of the agents"
+        );
+        Ok(Self {
+            agents: by_name,
+            default: default.to_owned(),
+        })
+    }
+
+    /// The agent a task names, or the default one; `None` for a name this worker does not run.
+    pub fn get(&self, name: Option<&str>) -> Option<(&Arc<dyn Agent>, &AgentCard)> {
+        self.agents
+            .get(name.unwrap_or(&self.default))
+            .map(|(agent, card)| (agent, card))
+    }
+
+    /// Writes every card to the agents bucket (a replica with the same agents writes the same).
+    pub async fn register(&self, kv: &JsonKv) -> anyhow::Result<()> {
+        for (name, (_, card)) in &self.agents {
+            kv.put(&agent_key(name), card).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{EchoAgent, TextOnlyEcho};
+
+    #[test]
+    fn the_built_in_cards_build_and_one_is_the_default() {
+        let set = AgentSet::new(vec![Arc::new(EchoAgent), Arc::new(TextOnlyEcho)], "echo").unwrap();
+        let (_, echo) = set.get(None).unwrap();
+        assert!(echo.default);
+        assert_eq!(echo.name, "echo");
+        let (_, text) = set.get(Some("echo-text")).unwrap();
+        assert!(!text.default);
+        assert!(set.get(Some("nobody")).is_none());
+        assert!(AgentSet::new(vec![Arc::new(EchoAgent)], "openai").is_err());
+        assert!(AgentSet::new(vec![Arc::new(EchoAgent), Arc::new(EchoAgent)], "echo").is_err());
+    }
+}
