@@ -1,8 +1,10 @@
 //! Bearer-JWT authentication: the token's `sub` is the owner of every thread, run and file.
 //!
 //! The algorithm is pinned by configuration (HS256 with a shared secret for local use, RS256
-//! with a public key for deployments); a token signed any other way is refused, and so is one
-//! without `exp` or `sub`, or past its expiry.
+//! with a public key for deployments); a token signed any other way is refused (`none`
+//! included), and so is one without `exp` or `sub`, past its expiry or before its `nbf`. When an
+//! issuer or audience is configured the claim is required and must match; in production
+//! (`SB_ENV=production`) both must be configured or the service does not start.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -112,9 +114,17 @@ impl Authenticator {
             ),
         };
         let mut validation = Validation::new(algorithm);
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        let mut required = vec!["exp", "sub"];
+        if config.audience.is_some() {
+            required.push("aud");
+        }
+        if config.issuer.is_some() {
+            required.push("iss");
+        }
+        validation.set_required_spec_claims(&required);
         validation.leeway = 30;
         validation.validate_exp = true;
+        validation.validate_nbf = true;
         match &config.audience {
             Some(aud) => validation.set_audience(&[aud]),
             None => validation.validate_aud = false,
@@ -253,6 +263,56 @@ mod tests {
             Err(AuthError::Missing)
         );
         assert_eq!(authenticator().verify_header(None), Err(AuthError::Missing));
+    }
+
+    #[test]
+    fn a_token_not_valid_yet_is_refused() {
+        let t = token(
+            Algorithm::HS256,
+            json!({"sub": "alice", "exp": now() + 600, "nbf": now() + 300}),
+        );
+        assert!(authenticator().verify(&t).is_err());
+        let t = token(
+            Algorithm::HS256,
+            json!({"sub": "alice", "exp": now() + 600, "nbf": now() - 10}),
+        );
+        assert!(authenticator().verify(&t).is_ok());
+    }
+
+    #[test]
+    fn a_configured_audience_and_issuer_are_required_and_must_match() {
+        let strict = Authenticator::new(&AuthConfig {
+            algorithm: JwtAlgorithm::Hs256,
+            key: SecretString::from(SECRET),
+            issuer: Some("https://id.example".to_owned()),
+            audience: Some("switchboard".to_owned()),
+        })
+        .unwrap();
+        let exp = now() + 60;
+        let good =
+            json!({"sub": "a", "exp": exp, "iss": "https://id.example", "aud": "switchboard"});
+        assert!(strict.verify(&token(Algorithm::HS256, good)).is_ok());
+        for claims in [
+            json!({"sub": "a", "exp": exp, "iss": "https://id.example", "aud": "other"}),
+            json!({"sub": "a", "exp": exp, "iss": "https://evil.example", "aud": "switchboard"}),
+            json!({"sub": "a", "exp": exp, "iss": "https://id.example"}),
+            json!({"sub": "a", "exp": exp, "aud": "switchboard"}),
+        ] {
+            assert!(
+                strict
+                    .verify(&token(Algorithm::HS256, claims.clone()))
+                    .is_err(),
+                "{claims}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unsigned_token_is_refused() {
+        // {"alg":"none","typ":"JWT"} . {"sub":"alice","exp":4102444800} . (no signature)
+        let none =
+            "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0.";
+        assert!(authenticator().verify(none).is_err());
     }
 
     #[test]

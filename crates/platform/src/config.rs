@@ -113,6 +113,18 @@ impl Env {
             issuer: self.optional("SB_JWT_ISSUER")?,
             audience: self.optional("SB_JWT_AUDIENCE")?,
         };
+        // In production a token must name who issued it and for whom: a token of another
+        // service of the same identity provider must not open this one.
+        if self.production()? {
+            for (name, value) in [
+                ("SB_JWT_ISSUER", &config.issuer),
+                ("SB_JWT_AUDIENCE", &config.audience),
+            ] {
+                if value.is_none() {
+                    return Err(ConfigError::Missing(name.to_owned()));
+                }
+            }
+        }
         // Build once so a malformed key fails at start, naming the variable.
         crate::auth::Authenticator::new(&config).map_err(|err| ConfigError::Invalid {
             name: match algorithm {
@@ -122,6 +134,18 @@ impl Env {
             reason: err.to_string(),
         })?;
         Ok(config)
+    }
+
+    /// Whether this is a production deployment (`SB_ENV=production`; default `development`).
+    pub fn production(&self) -> Result<bool, ConfigError> {
+        match self.raw("SB_ENV").unwrap_or("development") {
+            "production" => Ok(true),
+            "development" => Ok(false),
+            other => Err(ConfigError::Invalid {
+                name: "SB_ENV".to_owned(),
+                reason: format!("{other:?} is not production or development"),
+            }),
+        }
     }
 
     /// The NATS settings shared by every service (`SB_NATS_URL`, `SB_NATS_PREFIX`).
@@ -197,5 +221,40 @@ mod tests {
     fn an_unknown_algorithm_is_refused() {
         let env = Env::from_pairs([("SB_JWT_ALG", "none"), ("SB_JWT_SECRET", "x")]);
         assert!(env.auth().is_err());
+    }
+
+    #[test]
+    fn production_refuses_to_start_without_issuer_and_audience() {
+        let secret = ("SB_JWT_SECRET", "0123456789abcdef0123456789abcdef");
+        let env = Env::from_pairs([("SB_ENV", "production"), secret]);
+        assert_eq!(
+            env.auth().err().map(|e| e.to_string()).as_deref(),
+            Some("environment variable SB_JWT_ISSUER is required but not set")
+        );
+        let env = Env::from_pairs([
+            ("SB_ENV", "production"),
+            secret,
+            ("SB_JWT_ISSUER", "https://id.example"),
+        ]);
+        assert_eq!(
+            env.auth().err().map(|e| e.to_string()).as_deref(),
+            Some("environment variable SB_JWT_AUDIENCE is required but not set")
+        );
+        let env = Env::from_pairs([
+            ("SB_ENV", "production"),
+            secret,
+            ("SB_JWT_ISSUER", "https://id.example"),
+            ("SB_JWT_AUDIENCE", "switchboard"),
+        ]);
+        assert!(env.auth().is_ok());
+        assert!(
+            Env::from_pairs([("SB_ENV", "prod"), secret])
+                .auth()
+                .is_err()
+        );
+        assert!(
+            Env::from_pairs([secret]).auth().is_ok(),
+            "development by default"
+        );
     }
 }
