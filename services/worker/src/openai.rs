@@ -460,46 +460,34 @@ fn user_content(content: &UserContent, extra_parts: &[Value]) -> Value {
     }
 }
 
-/// The content part of one block; `None` for what the model cannot use (documents, `s3://`).
+/// The content part of one block. Only text goes as it is: the model never gets a URL to fetch.
+/// The files of the new user message reach it through `extra_parts` (read from S3 after
+/// admission, images as `data:` URLs); a file block anywhere else (an earlier message of a
+/// conversation an AG-UI client resent, which admission does not see) is left out with a note,
+/// so the model host is never made to fetch an arbitrary or internal address.
 fn block_part(block: &ContentBlock) -> Option<Value> {
-    let image_url = match block {
+    let source = match block {
         ContentBlock::Text(text) => return Some(json!({"type": "text", "text": text.text})),
-        ContentBlock::Binary(binary) => {
-            let mime = binary.mime();
-            if !mime.starts_with("image/") {
-                return None;
-            }
-            match (&binary.url, binary.data.as_ref().and_then(Value::as_str)) {
-                (Some(url), _) if fetchable(url) => url.clone(),
-                (_, Some(data)) => format!("data:{mime};base64,{data}"),
-                _ => return None,
-            }
-        }
-        ContentBlock::Image(part) => {
-            let source = &part.source;
-            let value = source.get("value").and_then(Value::as_str)?;
-            match source.get("type").and_then(Value::as_str) {
-                Some("url") if fetchable(value) => value.to_owned(),
-                Some("data" | "base64") => {
-                    let mime = source
-                        .get("mimeType")
-                        .and_then(Value::as_str)
-                        .unwrap_or("image/png");
-                    format!("data:{mime};base64,{value}")
-                }
-                _ => return None,
-            }
-        }
-        ContentBlock::Document(_) => return None,
+        ContentBlock::Binary(binary) => binary.url.as_deref().unwrap_or_default(),
+        ContentBlock::Image(part) | ContentBlock::Document(part) => part
+            .source
+            .get("value")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
     };
-    Some(json!({"type": "image_url", "image_url": {"url": image_url}}))
+    // `s3://` blocks are admitted files; their content comes with the turn that admitted them.
+    if source
+        .get(..5)
+        .is_some_and(|p| p.eq_ignore_ascii_case("s3://"))
+    {
+        return None;
+    }
+    Some(json!({"type": "text", "text": UNADMITTED_FILE_NOTE}))
 }
 
-/// Whether the model can read `url` itself (not `s3://` and the like).
-fn fetchable(url: &str) -> bool {
-    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    lower.starts_with("https://") || lower.starts_with("http://") || lower.starts_with("data:")
-}
+/// What the model reads in place of a file block the server did not admit.
+const UNADMITTED_FILE_NOTE: &str =
+    "[a file was left out: only files uploaded to and verified by this service are passed on]";
 
 #[cfg(test)]
 mod tests {
@@ -589,7 +577,7 @@ mod tests {
     }
 
     #[test]
-    fn image_urls_become_image_parts_and_s3_urls_are_skipped() {
+    fn no_url_or_inline_data_of_a_file_block_reaches_the_model() {
         let task = task(
             json!([{"role": "user", "id": "u1", "content": [
                 {"type": "text", "text": "What is this?"},
@@ -601,13 +589,16 @@ mod tests {
             None,
         );
         let body = build_request(&ModelInput::new(&task), "m", &[]);
+        let note = json!({"type": "text", "text": UNADMITTED_FILE_NOTE});
         assert_eq!(
             body["messages"][0]["content"],
-            json!([
-                {"type": "text", "text": "What is this?"},
-                {"type": "image_url", "image_url": {"url": "https://cdn.example/a.png"}},
-                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
-            ])
+            json!([{"type": "text", "text": "What is this?"}, note, note]),
+            "no URL and no inline data reaches the model; admitted s3:// files come as extra parts"
+        );
+        let request = body.to_string();
+        assert!(
+            !request.contains("cdn.example") && !request.contains("AAAA"),
+            "{request}"
         );
     }
 
