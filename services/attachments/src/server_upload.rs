@@ -59,6 +59,7 @@ pub(crate) async fn receive(
 ) -> Result<Stored, UploadError> {
     let mut session_id = None;
     let mut declared_type = None;
+    let mut skipped = 0;
     while let Some(field) = form
         .next_field()
         .await
@@ -66,10 +67,7 @@ pub(crate) async fn receive(
     {
         match field.name().unwrap_or_default() {
             "session_id" => {
-                let value = field
-                    .text()
-                    .await
-                    .map_err(|e| invalid("session_id", e.body_text()))?;
+                let value = small_text(field, "session_id", MAX_SESSION_ID_BYTES).await?;
                 if value.is_empty() || value.chars().count() > 128 {
                     return Err(invalid(
                         "session_id",
@@ -79,12 +77,7 @@ pub(crate) async fn receive(
                 session_id = Some(value);
             }
             "file_type" => {
-                declared_type = Some(
-                    field
-                        .text()
-                        .await
-                        .map_err(|e| invalid("file_type", e.body_text()))?,
-                );
+                declared_type = Some(small_text(field, "file_type", MAX_FILE_TYPE_BYTES).await?);
             }
             "file" => {
                 let file_name = field
@@ -116,10 +109,48 @@ pub(crate) async fn receive(
                     session_id,
                 });
             }
-            _ => {}
+            other => {
+                // Unknown fields are skipped (their bytes drained, never kept), but only a few.
+                skipped += 1;
+                if skipped > MAX_SKIPPED_FIELDS {
+                    return Err(invalid(
+                        "file",
+                        format!(
+                            "the form has more than {MAX_SKIPPED_FIELDS} fields besides file, file_type and session_id (last: {other:?})"
+                        ),
+                    ));
+                }
+            }
         }
     }
     Err(invalid("file", "the form has no file part"))
+}
+
+/// Most bytes of a `session_id` field (128 characters of up to 4 bytes).
+const MAX_SESSION_ID_BYTES: usize = 512;
+/// Most bytes of a `file_type` field.
+const MAX_FILE_TYPE_BYTES: usize = 255;
+/// Most unknown fields a form may carry.
+const MAX_SKIPPED_FIELDS: usize = 8;
+
+/// A text field, refused as soon as it grows past `max` bytes: never buffered beyond that.
+async fn small_text(
+    mut field: Field<'_>,
+    name: &'static str,
+    max: usize,
+) -> Result<String, UploadError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| invalid(name, e.body_text()))?
+    {
+        if bytes.len() + chunk.len() > max {
+            return Err(invalid(name, format!("{name} must be at most {max} bytes")));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).map_err(|_| invalid(name, format!("{name} must be UTF-8 text")))
 }
 
 /// Streams `field` to S3: one `PutObject` for a small file, a multipart upload otherwise.
@@ -294,4 +325,62 @@ pub(crate) fn object_key(owner: &str, id: Uuid, file_name: &str) -> String {
         "uploads/{owner_dir}/{id}/{}",
         crate::routes::key_name(file_name)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::extract::FromRequest as _;
+    use futures::StreamExt as _;
+
+    use super::*;
+
+    /// A form whose `field` never ends: 64 KiB chunks for as long as anyone reads.
+    fn endless_field(field: &str) -> Multipart {
+        let head = format!("--B\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n");
+        // Each chunk arrives after a pause, as from a network (a stream that is always ready
+        // is read ahead by the multipart parser up to the body limit).
+        let endless = futures::stream::unfold((), |()| async {
+            tokio::task::yield_now().await;
+            Some((vec![b'a'; 64 * 1024], ()))
+        });
+        let body = futures::stream::once(async move { head.into_bytes() })
+            .chain(endless)
+            .map(Ok::<_, std::io::Error>);
+        let request = axum::http::Request::builder()
+            .header("content-type", "multipart/form-data; boundary=B")
+            .body(axum::body::Body::from_stream(body))
+            .unwrap();
+        futures::executor::block_on(Multipart::from_request(request, &())).unwrap()
+    }
+
+    fn s3() -> aws_sdk_s3::Client {
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version_latest()
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .build();
+        aws_sdk_s3::Client::from_conf(config)
+    }
+
+    #[tokio::test]
+    async fn text_fields_are_refused_while_they_are_read_not_after() {
+        for (field, max) in [("session_id", 512), ("file_type", 255)] {
+            // Were the field read whole, this would never return: the guard turns a hang into
+            // a failure instead of holding the test run.
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                receive(&s3(), "b", |_| "k".to_owned(), endless_field(field), 1024),
+            )
+            .await
+            .expect("refused while reading");
+            let Err(UploadError::Invalid {
+                field: named,
+                message,
+            }) = read
+            else {
+                panic!("{field} refused");
+            };
+            assert_eq!(named, field, "{message}");
+            assert_eq!(message, format!("{field} must be at most {max} bytes"));
+        }
+    }
 }
