@@ -254,7 +254,7 @@ async fn the_s3_server_refuses_uploads_that_break_the_policy() {
     // An expired form: signed with the service's real credentials, ten minutes ago, for one second.
     let signer = attachments::policy::Signer {
         access_key: platform.s3.access_key.clone(),
-        secret_key: platform.s3.secret_key.expose_secret().to_owned(),
+        secret_key: platform.s3.secret_key.clone(),
         region: platform.s3.region.clone(),
         public_endpoint: platform.s3.endpoint.clone().unwrap(),
     };

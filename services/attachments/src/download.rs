@@ -13,6 +13,8 @@ use aws_sigv4::sign::v4;
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use protocol::file_types;
 
+use secrecy::ExposeSecret as _;
+
 use crate::policy::Signer;
 use crate::store::FileRow;
 
@@ -83,7 +85,7 @@ pub(crate) fn presign<'a>(
 ) -> anyhow::Result<Vec<Option<String>>> {
     let identity = Credentials::new(
         &signer.access_key,
-        &signer.secret_key,
+        signer.secret_key.expose_secret(),
         None,
         None,
         "switchboard-download",
@@ -153,6 +155,7 @@ mod tests {
 
     use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
     use aws_sdk_s3::presigning::PresigningConfig;
+    use secrecy::ExposeSecret as _;
     use uuid::Uuid;
 
     use super::{disposition, presign};
@@ -162,7 +165,7 @@ mod tests {
     fn signer(endpoint: &str) -> Signer {
         Signer {
             access_key: "AKIDEXAMPLE".to_owned(),
-            secret_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned(),
+            secret_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into(),
             region: "eu-central-1".to_owned(),
             public_endpoint: endpoint.to_owned(),
         }
@@ -189,7 +192,7 @@ mod tests {
             .region(Region::new(signer.region.clone()))
             .credentials_provider(Credentials::new(
                 &signer.access_key,
-                &signer.secret_key,
+                signer.secret_key.expose_secret(),
                 None,
                 None,
                 "test",

@@ -209,7 +209,7 @@ impl platform::service::Service for Application {
             .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", config.s3.region));
         let signer = Arc::new(policy::Signer {
             access_key: config.s3.access_key.clone(),
-            secret_key: secrecy::ExposeSecret::expose_secret(&config.s3.secret_key).to_owned(),
+            secret_key: config.s3.secret_key.clone(),
             region: config.s3.region.clone(),
             public_endpoint,
         });

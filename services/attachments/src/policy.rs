@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use aws_sigv4::sign::v4::{calculate_signature, generate_signing_key};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
+use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Map, Value, json};
 
 /// Credentials and place of the bucket the policy is for.
@@ -14,8 +15,8 @@ use serde_json::{Map, Value, json};
 pub struct Signer {
     /// Access key id.
     pub access_key: String,
-    /// Secret access key.
-    pub secret_key: String,
+    /// Secret access key (`Debug` shows it redacted).
+    pub secret_key: SecretString,
     /// Signing region.
     pub region: String,
     /// Base URL browsers reach S3 at (path style: the form posts to `<base>/<bucket>`).
@@ -82,8 +83,12 @@ impl Signer {
         }
         let policy = json!({"expiration": expiration, "conditions": conditions});
         let encoded = base64::engine::general_purpose::STANDARD.encode(policy.to_string());
-        let signing_key =
-            generate_signing_key(&self.secret_key, SystemTime::from(now), &self.region, "s3");
+        let signing_key = generate_signing_key(
+            self.secret_key.expose_secret(),
+            SystemTime::from(now),
+            &self.region,
+            "s3",
+        );
         let signature = calculate_signature(signing_key, encoded.as_bytes());
         fields.insert("policy".to_owned(), json!(encoded));
         fields.insert("x-amz-signature".to_owned(), json!(signature));
@@ -105,10 +110,17 @@ mod tests {
     fn signer() -> Signer {
         Signer {
             access_key: "AKID".to_owned(),
-            secret_key: "secret".to_owned(),
+            secret_key: SecretString::from("secret"),
             region: "us-east-1".to_owned(),
             public_endpoint: "http://127.0.0.1:9000/".to_owned(),
         }
+    }
+
+    #[test]
+    fn the_secret_key_never_shows_in_debug_output() {
+        let shown = format!("{:?}", signer());
+        assert!(!shown.contains("secret\""), "{shown}");
+        assert!(shown.contains("REDACTED"), "{shown}");
     }
 
     fn decoded_policy(form: &SignedForm) -> Value {
