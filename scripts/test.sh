@@ -69,6 +69,9 @@ export SB_TEST_S3_ACCESS_KEY="$S3_ACCESS_KEY"
 export SB_TEST_S3_SECRET_KEY="$S3_SECRET_KEY"
 export SB_TEST_JWT_SECRET="$JWT_SECRET"
 
+# NATS streams of earlier test runs that ended before their cleanup (each test removes its own).
+cargo run --locked -q -p switchboard-test-support --bin clean-test-streams
+
 log "cargo nextest run"
 cargo nextest run --workspace --locked --no-fail-fast "$@"
 log "all checks passed in $((SECONDS - started))s"

@@ -85,8 +85,13 @@ pub struct TestPlatform {
 }
 
 impl Drop for TestPlatform {
+    /// Stops the services and removes the streams and buckets of the test's prefix.
     fn drop(&mut self) {
         self.shutdown.cancel();
+        test_support::remove_nats_prefix_blocking(
+            self.infra.nats_url.clone(),
+            self.nats.names.clone(),
+        );
     }
 }
 
@@ -619,7 +624,7 @@ impl ProcessPlatform {
         let nats = infra.fresh_nats();
         let s3 = infra.fresh_s3();
         let database = infra.fresh_database().await?;
-        let common: Vec<(String, String)> = vec![
+        let mut common: Vec<(String, String)> = vec![
             ("SB_NATS_URL".into(), infra.nats_url.clone()),
             ("SB_NATS_PREFIX".into(), nats.names.prefix().to_owned()),
             ("SB_JWT_ALG".into(), "HS256".into()),
@@ -646,6 +651,11 @@ impl ProcessPlatform {
             // A killed worker's run is taken over within seconds, not the default 30 s.
             ("SB_WORKER_ACK_WAIT_SECS".into(), "3".into()),
         ];
+        common.extend(
+            test_support::TEST_STREAM_LIMITS
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+        );
         let mut children = Vec::new();
         let mut urls = Vec::new();
         for service in ["attachments", "runs", "history", "worker"] {
@@ -742,10 +752,19 @@ impl ProcessPlatform {
 }
 
 impl Drop for ProcessPlatform {
+    /// Kills the services and removes the streams and buckets of the test's prefix.
     fn drop(&mut self) {
         for (_, child) in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        let prefix = self
+            .env
+            .iter()
+            .find(|(name, _)| name == "SB_NATS_PREFIX")
+            .and_then(|(_, prefix)| protocol::messaging::Names::new(prefix).ok());
+        if let Some(names) = prefix {
+            test_support::remove_nats_prefix_blocking(self.infra.nats_url.clone(), names);
         }
     }
 }

@@ -156,9 +156,30 @@ impl Env {
                 name: "SB_NATS_PREFIX".to_owned(),
                 reason: err.to_string(),
             })?;
+        let defaults = crate::nats::StreamLimits::default();
+        let secs = |name: &str, default: std::time::Duration| {
+            self.or(name, default.as_secs())
+                .map(std::time::Duration::from_secs)
+        };
+        let limits = crate::nats::StreamLimits {
+            replicas: self.or("SB_NATS_REPLICAS", defaults.replicas)?,
+            runs_max_age: secs("SB_NATS_RUNS_MAX_AGE_SECS", defaults.runs_max_age)?,
+            runs_max_bytes: self.or("SB_NATS_RUNS_MAX_BYTES", defaults.runs_max_bytes)?,
+            events_max_age: secs("SB_NATS_EVENTS_MAX_AGE_SECS", defaults.events_max_age)?,
+            events_max_bytes: self.or("SB_NATS_EVENTS_MAX_BYTES", defaults.events_max_bytes)?,
+            kv_max_bytes: self.or("SB_NATS_KV_MAX_BYTES", defaults.kv_max_bytes)?,
+            max_msg_size: self.or("SB_NATS_MAX_MSG_SIZE", defaults.max_msg_size)?,
+        };
+        if !(1..=5).contains(&limits.replicas) {
+            return Err(ConfigError::Invalid {
+                name: "SB_NATS_REPLICAS".to_owned(),
+                reason: "JetStream replicas are 1 to 5".to_owned(),
+            });
+        }
         Ok(crate::nats::NatsConfig {
             url: self.or("SB_NATS_URL", "nats://127.0.0.1:4222".to_owned())?,
             names,
+            limits,
         })
     }
 

@@ -17,12 +17,47 @@ pub struct NatsConfig {
     pub url: String,
     /// Stream and subject names of this deployment.
     pub names: Names,
+    /// Replicas and limits of the streams and buckets.
+    pub limits: StreamLimits,
 }
 
-/// How long accepted runs are kept.
-const RUNS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How long run events are kept for replay and resume.
-const RUN_EVENTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Replication and size limits of the JetStream streams and KV buckets, from configuration
+/// (`SB_NATS_*`), applied when they are created and reconciled on every start (a changed
+/// setting updates the stream; nothing else of its configuration is touched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Replicas of every stream and bucket (`SB_NATS_REPLICAS`; 1 locally, 3 on a cluster).
+    pub replicas: usize,
+    /// How long accepted runs are kept (`SB_NATS_RUNS_MAX_AGE_SECS`, 7 days): the window in
+    /// which a retried run is recognised.
+    pub runs_max_age: Duration,
+    /// Most bytes of accepted runs (`SB_NATS_RUNS_MAX_BYTES`, 8 GiB). Full: new runs are
+    /// refused (503), accepted ones are never dropped.
+    pub runs_max_bytes: i64,
+    /// How long run events are kept for replay and resume (`SB_NATS_EVENTS_MAX_AGE_SECS`, 1 day).
+    pub events_max_age: Duration,
+    /// Most bytes of run events (`SB_NATS_EVENTS_MAX_BYTES`, 8 GiB). Full: the oldest go first
+    /// (a cursor into them then gets 410).
+    pub events_max_bytes: i64,
+    /// Most bytes of each KV bucket (`SB_NATS_KV_MAX_BYTES`, 1 GiB).
+    pub kv_max_bytes: i64,
+    /// Largest message (`SB_NATS_MAX_MSG_SIZE`, 1 MiB; a run's task is at most ~260 KiB).
+    pub max_msg_size: i32,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            runs_max_age: Duration::from_secs(7 * 24 * 3600),
+            runs_max_bytes: 8 << 30,
+            events_max_age: Duration::from_secs(24 * 3600),
+            events_max_bytes: 8 << 30,
+            kv_max_bytes: 1 << 30,
+            max_msg_size: 1 << 20,
+        }
+    }
+}
 /// Window in which JetStream drops a message whose `Nats-Msg-Id` it has already stored.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
@@ -42,27 +77,69 @@ pub async fn connect(
     Ok((client, js))
 }
 
-/// Creates the RUNS and RUN_EVENTS streams if they do not exist. Safe to call from every replica.
-pub async fn ensure_streams(js: &jetstream::Context, names: &Names) -> anyhow::Result<()> {
-    for (name, subjects, max_age) in [
-        (names.runs_stream(), names.runs_subjects(), RUNS_MAX_AGE),
+/// Creates the RUNS and RUN_EVENTS streams, or brings their limits and replicas in line with
+/// `config.limits`. Safe to call from every replica.
+pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
+    let (names, limits) = (&config.names, &config.limits);
+    let streams = [
+        (
+            names.runs_stream(),
+            names.runs_subjects(),
+            limits.runs_max_age,
+            limits.runs_max_bytes,
+            stream::DiscardPolicy::New,
+        ),
         (
             names.run_events_stream(),
             names.run_events_subjects(),
-            RUN_EVENTS_MAX_AGE,
+            limits.events_max_age,
+            limits.events_max_bytes,
+            stream::DiscardPolicy::Old,
         ),
-    ] {
-        js.get_or_create_stream(stream::Config {
+    ];
+    for (name, subjects, max_age, max_bytes, discard) in streams {
+        let wanted = stream::Config {
             name: name.clone(),
             subjects: vec![subjects],
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
             max_age,
+            max_bytes,
+            max_message_size: limits.max_msg_size,
+            num_replicas: limits.replicas,
+            discard,
             duplicate_window: DUPLICATE_WINDOW,
             ..Default::default()
-        })
-        .await
-        .with_context(|| format!("cannot create stream {name}"))?;
+        };
+        reconcile(js, wanted)
+            .await
+            .with_context(|| format!("cannot create or update stream {name}"))?;
+    }
+    Ok(())
+}
+
+/// Creates the stream `wanted`, or updates the fields this code owns (limits, replicas,
+/// discard, subjects) of the existing one when they differ.
+async fn reconcile(js: &jetstream::Context, wanted: stream::Config) -> anyhow::Result<()> {
+    let mut existing = match js.get_stream(&wanted.name).await {
+        Ok(existing) => existing,
+        Err(_) => {
+            js.create_stream(wanted).await?;
+            return Ok(());
+        }
+    };
+    let current = existing.info().await?.config.clone();
+    let mut updated = current.clone();
+    updated.subjects = wanted.subjects;
+    updated.max_age = wanted.max_age;
+    updated.max_bytes = wanted.max_bytes;
+    updated.max_message_size = wanted.max_message_size;
+    updated.num_replicas = wanted.num_replicas;
+    updated.discard = wanted.discard;
+    updated.duplicate_window = wanted.duplicate_window;
+    if updated != current {
+        tracing::info!(stream = %updated.name, "stream settings changed; updating");
+        js.update_stream(updated).await?;
     }
     Ok(())
 }
@@ -125,21 +202,38 @@ pub struct RunBuckets {
     pub agents: JsonKv,
 }
 
-/// Creates (or opens) the run lifecycle buckets. Safe to call from every replica.
+/// Creates (or opens, reconciling replicas and limits) the run lifecycle buckets. Safe to call
+/// from every replica.
 pub async fn ensure_run_buckets(
     js: &jetstream::Context,
-    names: &Names,
+    config: &NatsConfig,
 ) -> anyhow::Result<RunBuckets> {
+    let (names, limits) = (&config.names, &config.limits);
     let open = |bucket: String, max_age: Duration| {
         let js = js.clone();
         async move {
             let store = match js.get_key_value(&bucket).await {
-                Ok(store) => store,
+                Ok(store) => {
+                    // A KV bucket is the stream `KV_<bucket>`: its limits reconcile like a stream's.
+                    let mut stream = js.get_stream(format!("KV_{bucket}")).await?;
+                    let current = stream.info().await?.config.clone();
+                    let mut updated = current.clone();
+                    updated.num_replicas = limits.replicas;
+                    updated.max_bytes = limits.kv_max_bytes;
+                    updated.max_age = max_age;
+                    if updated != current {
+                        tracing::info!(bucket = %bucket, "bucket settings changed; updating");
+                        js.update_stream(updated).await?;
+                    }
+                    store
+                }
                 Err(_) => js
                     .create_key_value(jetstream::kv::Config {
                         bucket: bucket.clone(),
                         history: 1,
                         max_age,
+                        max_bytes: limits.kv_max_bytes,
+                        num_replicas: limits.replicas,
                         storage: stream::StorageType::File,
                         ..Default::default()
                     })
@@ -150,10 +244,10 @@ pub async fn ensure_run_buckets(
         }
     };
     Ok(RunBuckets {
-        run_status: open(names.run_status_bucket(), RUNS_MAX_AGE).await?,
-        thread_locks: open(names.thread_locks_bucket(), RUN_EVENTS_MAX_AGE).await?,
-        prompts: open(names.prompts_bucket(), RUNS_MAX_AGE).await?,
-        prompt_deadlines: open(names.prompt_deadlines_bucket(), RUNS_MAX_AGE).await?,
+        run_status: open(names.run_status_bucket(), limits.runs_max_age).await?,
+        thread_locks: open(names.thread_locks_bucket(), limits.events_max_age).await?,
+        prompts: open(names.prompts_bucket(), limits.runs_max_age).await?,
+        prompt_deadlines: open(names.prompt_deadlines_bucket(), limits.runs_max_age).await?,
         agents: open(names.agents_bucket(), Duration::ZERO).await?,
     })
 }

@@ -289,6 +289,70 @@ pub enum RegisterOutcome {
     },
 }
 
+/// Largest file an agent may make (the product's per-file limit, 100 MB).
+pub const MAX_GENERATED_FILE_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Request from the worker: an upload form for a generated file too large for
+/// [`RegisterGenerated`]'s inline bytes. The file is recorded pending with the declared size
+/// and SHA-256 and joins the session's workspace as `generated`; it becomes usable once its
+/// stored bytes are verified (a [`ResolveRequest`] for its `content_url` verifies it on the
+/// spot). Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum GeneratedUpload {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The run's owner.
+        owner: String,
+        /// Session (thread) the file belongs to.
+        session_id: String,
+        /// File name as the agent called it.
+        file_name: String,
+        /// MIME type; must be an allowed type.
+        content_type: String,
+        /// Exact size in bytes, 1 to [`MAX_GENERATED_FILE_BYTES`].
+        file_size: u64,
+        /// SHA-256 of the bytes, 64 hexadecimal characters; the stored bytes must match it.
+        sha256_hex: String,
+    },
+}
+
+/// Answer to [`GeneratedUpload`]. Versioned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum GeneratedUploadReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1(GeneratedUploadOutcome),
+}
+
+/// Where to upload a generated file, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum GeneratedUploadOutcome {
+    /// A presigned POST form (as `POST /v2/files/upload-url` answers): send `fields` in order,
+    /// then the bytes as the `file` part, to `url`.
+    Upload {
+        /// S3 endpoint to POST the multipart form to.
+        url: String,
+        /// Form fields, in order.
+        fields: serde_json::Map<String, serde_json::Value>,
+        /// `s3://bucket/key` of the file.
+        content_url: String,
+    },
+    /// The owner already has these bytes verified: nothing to upload.
+    Stored {
+        /// `s3://bucket/key`.
+        content_url: String,
+    },
+    /// Refused, with a safe reason.
+    Refused {
+        /// Why.
+        message: String,
+    },
+}
+
 /// Event name of a `CUSTOM` event carrying [`GeneratedAttachments`]: files an agent made, shown
 /// under its message (`attachments` of the file-attachments history shape).
 pub const ATTACHMENTS_EVENT: &str = "attachments";
@@ -320,6 +384,27 @@ pub struct GeneratedFile {
     /// `s3://bucket/key` of the stored bytes, when registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_url: Option<String>,
+}
+
+impl GeneratedFile {
+    /// A file the agent made and registered at `content_url`: at the workspace root
+    /// (`/<file_name>`), `source: "generated"`, with the icon of its type `mime`, except that a
+    /// text file named `*.md` shows `md` as in `file-attachments.md`'s example (Markdown is
+    /// stored as `text/plain`, the allowed text type).
+    pub fn generated(file_name: &str, mime: &str, content_url: String) -> Self {
+        let icon = crate::file_types::allowed(mime).map_or("file", |t| t.icon);
+        let markdown = icon == "txt"
+            && file_name
+                .rsplit_once('.')
+                .is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("md"));
+        Self {
+            path: format!("/{file_name}"),
+            filename: file_name.to_owned(),
+            icon_type: if markdown { "md" } else { icon }.to_owned(),
+            source: "generated".to_owned(),
+            content_url: Some(content_url),
+        }
+    }
 }
 
 impl GeneratedAttachments {
@@ -415,5 +500,29 @@ mod tests {
             parse_file_url(&format!("s3://b/{}", "k".repeat(3000))),
             Err(FileRefError::TooLong)
         );
+    }
+
+    #[test]
+    fn a_generated_file_is_shown_as_the_seed_shows_report_md() {
+        let url = "s3://b/generated/o/i/report.md".to_owned();
+        let file = GeneratedFile::generated("report.md", "text/plain", url.clone());
+        let value = serde_json::to_value(&file).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"path": "/report.md", "filename": "report.md", "icon_type": "md",
+                               "source": "generated", "content_url": url})
+        );
+        let icons: Vec<String> = [
+            ("data.csv", "text/csv"),
+            ("notes.txt", "text/plain"),
+            ("chart.png", "image/png"),
+            ("x.md", "application/pdf"),
+        ]
+        .iter()
+        .map(|(name, mime)| GeneratedFile::generated(name, mime, url.clone()).icon_type)
+        .collect();
+        assert_eq!(icons, ["csv", "txt", "image", "pdf"]);
+        let event = serde_json::json!({"messageId": "m", "files": [value]});
+        assert!(GeneratedAttachments::parse_event(&event).is_ok());
     }
 }

@@ -150,6 +150,12 @@ impl Names {
         format!("{}.attachments.register", self.prefix)
     }
 
+    /// Request/reply subject on which the worker asks for an upload form for a generated file
+    /// too large to register inline.
+    pub fn attachments_generated_upload_subject(&self) -> String {
+        format!("{}.attachments.generated-upload", self.prefix)
+    }
+
     /// Request/reply subject on which history says how far it has written a run's events.
     pub fn history_progress_subject(&self) -> String {
         format!("{}.history.progress", self.prefix)

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::agui::Event;
+use crate::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use crate::interaction::{INTERACTION_TIMEOUT_EVENT, Prompt};
 use crate::messaging::RunEventV1;
 use crate::run_input::{ContentBlock, UserContent};
@@ -577,6 +578,23 @@ impl WsMapper {
                     WsStatus::Completed,
                 )]
             }
+            // Files the agent made: the seed has no message type for them, and a response
+            // message's content is only `{text}`. An intermediate message is a named step whose
+            // payload "can be json", so it carries them as a completed step named `attachments`
+            // whose payload is the JSON list of files, in the shape of the assistant message's
+            // `attachments` in history (`file-attachments.md`): a client renders it as the
+            // message's FilesBlock (each event holds all files so far, so the latest replaces
+            // the block), and one that does not know it shows a finished step.
+            Event::Custom { name, value } if name == ATTACHMENTS_EVENT => {
+                GeneratedAttachments::parse_event(value)
+                    .ok()
+                    .and_then(|event| serde_json::to_string(&event.files).ok())
+                    .map(|files| {
+                        intermediate(self, &id, ATTACHMENTS_EVENT, files, WsStatus::Completed)
+                    })
+                    .into_iter()
+                    .collect()
+            }
             Event::Custom { name, value } if name == INTERACTION_TIMEOUT_EVENT => {
                 let prompt_id = value
                     .get("promptId")
@@ -799,6 +817,46 @@ mod tests {
         assert_eq!(
             kinds,
             [(WsType::SystemResponseMessage, Some(WsStatus::Completed))]
+        );
+    }
+
+    #[test]
+    fn files_the_agent_made_reach_the_client_as_a_completed_attachments_step() {
+        let files = json!([{"path": "/notes.md", "filename": "notes.md", "icon_type": "md",
+                            "source": "generated", "content_url": "s3://b/generated/o/i/notes.md"}]);
+        let event = |value: Value| RunEventV1 {
+            seq: 7,
+            event: Event::Custom {
+                name: "attachments".to_owned(),
+                value,
+            },
+            ..finished(None)
+        };
+        let mut mapper = WsMapper::new("c1", "m1", None);
+        let sent = mapper.map(
+            &event(json!({"messageId": "r1-reply", "files": files})),
+            Utc::now(),
+        );
+        let [message] = sent.as_slice() else {
+            panic!("one message: {sent:?}");
+        };
+        assert_eq!(
+            (message.kind, message.status, message.id.as_str()),
+            (
+                WsType::SystemIntermediateMessage,
+                Some(WsStatus::Completed),
+                "r1:7"
+            )
+        );
+        assert_eq!(message.content["name"], "attachments");
+        let payload: Value =
+            serde_json::from_str(message.content["payload"].as_str().unwrap()).unwrap();
+        assert_eq!(payload, files, "the payload is the JSON list of files");
+        let refused = json!({"messageId": "r1-reply", "files": [{"path": "../x", "filename": "x",
+                              "icon_type": "txt", "source": "generated"}]});
+        assert!(
+            mapper.map(&event(refused), Utc::now()).is_empty(),
+            "an event history would refuse is not shown either"
         );
     }
 }

@@ -14,6 +14,15 @@ use platform::s3::S3Config;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection;
 
+/// Stream limits of every test's NATS prefix: JetStream reserves a stream's `max_bytes` on
+/// disk, so the production defaults (gigabytes) times hundreds of test prefixes would exhaust
+/// the server's storage.
+pub const TEST_STREAM_LIMITS: [(&str, &str); 3] = [
+    ("SB_NATS_RUNS_MAX_BYTES", "67108864"),
+    ("SB_NATS_EVENTS_MAX_BYTES", "67108864"),
+    ("SB_NATS_KV_MAX_BYTES", "8388608"),
+];
+
 /// Where the test infrastructure listens, read from the same variables the scripts export.
 #[derive(Debug, Clone)]
 pub struct Infra {
@@ -74,15 +83,18 @@ impl Infra {
         Ok(SecretString::from(format!("{base}/{name}")))
     }
 
-    /// NATS settings with a prefix no other test uses.
+    /// NATS settings with a prefix no other test uses, and the small stream limits of
+    /// [`TEST_STREAM_LIMITS`].
     pub fn fresh_nats(&self) -> NatsConfig {
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        Env::from_pairs([
+        let mut pairs = vec![
             ("SB_NATS_URL", self.nats_url.as_str()),
             ("SB_NATS_PREFIX", prefix.as_str()),
-        ])
-        .nats()
-        .unwrap_or_else(|err| unreachable!("generated prefix is valid: {err}"))
+        ];
+        pairs.extend(TEST_STREAM_LIMITS);
+        Env::from_pairs(pairs)
+            .nats()
+            .unwrap_or_else(|err| unreachable!("generated prefix is valid: {err}"))
     }
 
     /// S3 settings with a bucket no other test uses.
@@ -122,4 +134,88 @@ impl Infra {
         )
         .unwrap_or_else(|err| unreachable!("HS256 encoding cannot fail: {err}"))
     }
+}
+
+/// The streams of one test prefix: its two streams and the streams of its KV buckets.
+fn prefix_streams(names: &protocol::messaging::Names) -> Vec<String> {
+    let mut streams = vec![names.runs_stream(), names.run_events_stream()];
+    for bucket in [
+        names.run_status_bucket(),
+        names.thread_locks_bucket(),
+        names.prompts_bucket(),
+        names.prompt_deadlines_bucket(),
+        names.agents_bucket(),
+    ] {
+        streams.push(format!("KV_{bucket}"));
+    }
+    streams
+}
+
+/// Deletes the streams and buckets a test made under its prefix (those that exist).
+pub async fn remove_nats_prefix(
+    nats_url: &str,
+    names: &protocol::messaging::Names,
+) -> anyhow::Result<()> {
+    let client = async_nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(client);
+    for stream in prefix_streams(names) {
+        // A stream that was never made is fine; anything else is reported.
+        if let Err(err) = js.delete_stream(&stream).await
+            && !err.to_string().contains("stream not found")
+        {
+            anyhow::bail!("cannot delete stream {stream}: {err}");
+        }
+    }
+    Ok(())
+}
+
+/// Runs [`remove_nats_prefix`] to the end from a `Drop` (which cannot await): on a thread of
+/// its own, bounded to 10 s; failures are printed, never panicked on.
+pub fn remove_nats_prefix_blocking(nats_url: String, names: protocol::messaging::Names) {
+    let cleanup = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                remove_nats_prefix(&nats_url, &names),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("timed out"))?
+        })
+    });
+    match cleanup.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => eprintln!("test streams not removed: {err:#}"),
+        Err(_) => eprintln!("test streams not removed: the cleanup thread panicked"),
+    }
+}
+
+/// Deletes every stream left by earlier test runs (prefix `t` + 12 hex digits, so streams
+/// `T<12 hex>_...` and buckets `KV_T<12 hex>_...`) made over an hour ago, so a test run going
+/// on beside it keeps its streams; returns how many.
+pub async fn remove_leftover_test_streams(nats_url: &str) -> anyhow::Result<usize> {
+    use futures::TryStreamExt as _;
+    let client = async_nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(client);
+    let names: Vec<String> = js.stream_names().try_collect().await?;
+    let is_test = |name: &str| {
+        let name = name.strip_prefix("KV_").unwrap_or(name);
+        name.len() > 14
+            && name.starts_with('T')
+            && name.as_bytes()[13] == b'_'
+            && name[1..13].bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    let cutoff = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let mut removed = 0;
+    for name in names.into_iter().filter(|n| is_test(n)) {
+        let mut stream = js.get_stream(&name).await?;
+        let created = std::time::SystemTime::from(stream.info().await?.created);
+        if created < cutoff {
+            js.delete_stream(&name).await?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }

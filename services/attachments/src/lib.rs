@@ -220,6 +220,7 @@ impl platform::service::Service for Application {
             signer: Arc::clone(&signer),
             bucket: config.s3.bucket.clone(),
             download_ttl: config.download_ttl,
+            upload_ttl: config.upload_ttl,
         };
         let sweeper = Sweeper {
             s3: s3.clone(),

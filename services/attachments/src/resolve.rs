@@ -1,6 +1,6 @@
 //! The request/reply endpoints on NATS (queue group `attachments`, one replica answers):
 //! resolve a URL or `content_url` to a verified file the caller owns, sign download URLs in
-//! bulk, and keep a file the agent generated.
+//! bulk, and keep a file the agent generated (inline, or through a presigned upload when large).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,9 +11,10 @@ use futures::StreamExt;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
 use protocol::file_types;
 use protocol::files::{
-    FileRef, MAX_GENERATED_INLINE_BYTES, MAX_SIGN_BATCH, RefusalReason, RegisterGenerated,
-    RegisterOutcome, RegisterReply, ResolveOutcome, ResolveReply, ResolveRequest, ResolvedFile,
-    SignReply, SignRequest, parse_file_url,
+    FileRef, GeneratedUpload, GeneratedUploadOutcome, GeneratedUploadReply,
+    MAX_GENERATED_FILE_BYTES, MAX_GENERATED_INLINE_BYTES, MAX_SIGN_BATCH, RefusalReason,
+    RegisterGenerated, RegisterOutcome, RegisterReply, ResolveOutcome, ResolveReply,
+    ResolveRequest, ResolvedFile, SignReply, SignRequest, parse_file_url,
 };
 use protocol::messaging::{ATTACHMENTS_QUEUE, Names};
 use secrecy::{ExposeSecret, SecretString};
@@ -23,7 +24,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::policy::Signer;
+use crate::policy::{Signer, Upload};
 use crate::store::{self, FileRow, NewUpload};
 
 /// Requests answered at once by one replica.
@@ -40,6 +41,8 @@ pub(crate) struct Resolver {
     pub(crate) bucket: String,
     /// Validity of signed download URLs.
     pub(crate) download_ttl: Duration,
+    /// Validity of upload forms for large generated files.
+    pub(crate) upload_ttl: Duration,
 }
 
 #[derive(Deserialize)]
@@ -62,6 +65,16 @@ fn match_rows<'a>(refs: &[Option<FileRef>], rows: &'a [FileRow]) -> Vec<Option<&
                 .copied()
         })
         .collect()
+}
+
+/// The object key of a file the agent generated: under `generated/`, per owner, never the raw
+/// name.
+fn generated_key(owner: &str, id: Uuid, file_name: &str) -> String {
+    let owner_dir = &protocol::messaging::digest(&[owner])[..32];
+    format!(
+        "generated/{owner_dir}/{id}/{}",
+        crate::routes::key_name(file_name)
+    )
 }
 
 /// A session id as `file-attachments.md` allows it: 1 to 128 characters.
@@ -203,11 +216,7 @@ impl Resolver {
         }
         let sha256: [u8; 32] = Sha256::digest(&bytes).into();
         let id = Uuid::now_v7();
-        let owner_dir = &protocol::messaging::digest(&[&owner])[..32];
-        let key = format!(
-            "generated/{owner_dir}/{id}/{}",
-            crate::routes::key_name(&name)
-        );
+        let key = generated_key(&owner, id, &name);
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -249,6 +258,122 @@ impl Resolver {
         })
     }
 
+    /// Records a generated file too large to send inline as pending, with its declared size and
+    /// SHA-256, in the session's workspace, and answers the presigned form its bytes go up
+    /// with. The owner's live file with the same SHA-256 is reused (as `upload-url` does): a
+    /// verified one needs no upload, a pending one gets a fresh form for its key.
+    pub(crate) async fn generated_upload(
+        &self,
+        request: GeneratedUpload,
+    ) -> anyhow::Result<GeneratedUploadOutcome> {
+        let GeneratedUpload::V1 {
+            owner,
+            session_id,
+            file_name,
+            content_type,
+            file_size,
+            sha256_hex,
+        } = request;
+        let refused = |message: &str| {
+            Ok(GeneratedUploadOutcome::Refused {
+                message: message.to_owned(),
+            })
+        };
+        let Some(file_type) = file_types::allowed(&content_type) else {
+            return refused("content_type is not a supported type");
+        };
+        let Some(name) = crate::routes::base_name(&file_name).filter(|n| n.chars().count() <= 255)
+        else {
+            return refused("file_name must name a file of at most 255 characters");
+        };
+        if !valid_session(&session_id) {
+            return refused("session_id must be 1 to 128 characters");
+        }
+        if file_size == 0 || file_size > MAX_GENERATED_FILE_BYTES {
+            return refused("generated file must be 1 byte to 100 MB");
+        }
+        let Some(sha256) = hex::decode(&sha256_hex)
+            .ok()
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+        else {
+            return refused("sha256_hex must be 64 hexadecimal characters");
+        };
+        let size = i64::try_from(file_size)?;
+        let expires_at = chrono::Utc::now()
+            + chrono::Duration::from_std(self.upload_ttl).unwrap_or(chrono::Duration::minutes(5));
+        for _ in 0..3 {
+            if let Some(existing) = store::find_by_hash(&self.pool, &owner, &sha256).await? {
+                if existing.size_bytes != size || existing.content_type != file_type.mime {
+                    return refused(
+                        "a file with this SHA-256 but another size or type is already stored",
+                    );
+                }
+                store::add_to_workspace(&self.pool, &owner, &session_id, existing.id, "generated")
+                    .await?;
+                if existing.status == "verified" {
+                    return Ok(GeneratedUploadOutcome::Stored {
+                        content_url: format!("s3://{}/{}", existing.bucket, existing.object_key),
+                    });
+                }
+                store::extend_pending(&self.pool, existing.id, expires_at).await?;
+                return Ok(self.upload_form(
+                    &existing.bucket,
+                    &existing.object_key,
+                    file_type.mime,
+                    file_size,
+                    sha256,
+                ));
+            }
+            let id = Uuid::now_v7();
+            let key = generated_key(&owner, id, &name);
+            let upload = NewUpload {
+                id,
+                owner: &owner,
+                bucket: &self.bucket,
+                key: &key,
+                file_name: &name,
+                content_type: file_type.mime,
+                size,
+                declared_sha256: Some(&sha256),
+                expires_at,
+            };
+            if store::insert_file(&self.pool, &upload, None).await? {
+                store::add_to_workspace(&self.pool, &owner, &session_id, id, "generated").await?;
+                tracing::info!(file.id = %id, "generated file upload form signed");
+                return Ok(self.upload_form(&self.bucket, &key, file_type.mime, file_size, sha256));
+            }
+            // A concurrent request for the same content won the insert: answer with its file.
+        }
+        anyhow::bail!("generated upload did not settle after concurrent inserts")
+    }
+
+    /// The presigned POST form for exactly these bytes at `bucket`/`key`.
+    fn upload_form(
+        &self,
+        bucket: &str,
+        key: &str,
+        mime: &str,
+        size: u64,
+        sha256: [u8; 32],
+    ) -> GeneratedUploadOutcome {
+        let form = self.signer.sign(
+            &Upload {
+                bucket,
+                key,
+                content_type: mime,
+                size,
+                sha256: Some(sha256),
+            },
+            chrono::Utc::now(),
+            self.upload_ttl,
+        );
+        GeneratedUploadOutcome::Upload {
+            url: form.url,
+            fields: form.fields,
+            content_url: format!("s3://{bucket}/{key}"),
+        }
+    }
+
     /// Answers the endpoints until `shutdown`.
     pub(crate) async fn serve(
         self,
@@ -258,10 +383,12 @@ impl Resolver {
     ) -> anyhow::Result<()> {
         let resolve_subject = names.attachments_resolve_subject();
         let sign_subject = names.attachments_sign_subject();
+        let upload_subject = names.attachments_generated_upload_subject();
         let mut subscriptions = Vec::new();
         for subject in [
             &resolve_subject,
             &sign_subject,
+            &upload_subject,
             &names.attachments_register_subject(),
         ] {
             subscriptions.push(
@@ -274,8 +401,8 @@ impl Resolver {
             .take_until(shutdown.cancelled_owned())
             .for_each_concurrent(CONCURRENCY, |message| {
                 let client = client.clone();
-                let (this, resolve_subject, sign_subject) =
-                    (&self, &resolve_subject, &sign_subject);
+                let (this, resolve_subject, sign_subject, upload_subject) =
+                    (&self, &resolve_subject, &sign_subject, &upload_subject);
                 async move {
                     let Some(reply) = message.reply.clone() else {
                         return;
@@ -285,6 +412,8 @@ impl Resolver {
                         this.answer_resolve(&message.payload).await
                     } else if subject == sign_subject.as_str() {
                         this.answer_sign(&message.payload).await
+                    } else if subject == upload_subject.as_str() {
+                        this.answer_generated_upload(&message.payload).await
                     } else {
                         this.answer_register(&message.payload).await
                     };
@@ -339,6 +468,16 @@ impl Resolver {
             },
         };
         Ok(serde_json::to_vec(&RegisterReply::V1(outcome))?)
+    }
+
+    async fn answer_generated_upload(&self, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let outcome = match serde_json::from_slice::<GeneratedUpload>(payload) {
+            Ok(request) => self.generated_upload(request).await?,
+            Err(err) => GeneratedUploadOutcome::Refused {
+                message: format!("undecodable request: {err}"),
+            },
+        };
+        Ok(serde_json::to_vec(&GeneratedUploadReply::V1(outcome))?)
     }
 }
 

@@ -90,7 +90,7 @@ impl platform::service::Service for Application {
         let time_zones = Arc::new(store::time_zone_names(&pool).await?.into_iter().collect());
         let (client, js) = platform::nats::connect(&config.nats, "history").await?;
         let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));
-        platform::nats::ensure_streams(&js, &config.nats.names).await?;
+        platform::nats::ensure_streams(&js, &config.nats).await?;
         let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
         let probes = vec![
             ("postgres", platform::db::probe(pool.clone())),

@@ -115,8 +115,8 @@ impl platform::service::Service for Application {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let (client, js) = platform::nats::connect(&config.nats, "runs").await?;
         let names = &config.nats.names;
-        platform::nats::ensure_streams(&js, names).await?;
-        let buckets = platform::nats::ensure_run_buckets(&js, names).await?;
+        platform::nats::ensure_streams(&js, &config.nats).await?;
+        let buckets = platform::nats::ensure_run_buckets(&js, &config.nats).await?;
         let runs_stream = js.get_stream(names.runs_stream()).await?;
         let accept = Arc::new(accept::Acceptor::new(
             js.clone(),

@@ -132,7 +132,15 @@ pub trait Agent: Send + Sync + 'static {
 /// - `/tool <name> <json arguments>` calls the tool: a client tool (one of the run's `tools`)
 ///   is called and the run ends, for the client to answer; any other name runs the built-in
 ///   backend tool, which returns its arguments, then a summary follows. Both the tool result
-///   and the summary carry `ui_hints`.
+///   and the summary carry `ui_hints`;
+/// - `/file <name> <text>` answers `Here is <name>.` and attaches a text file `<name>` holding
+///   `<text>` (`text/csv` for `.csv`, else `text/plain`; a `.md` file shows the `md` icon),
+///   registered inline ([`EventSink::attach`]);
+/// - `/file-large <name> <KiB>` does the same with `<KiB>` KiB (1 to 102400) of repeated text,
+///   which over 768 KiB goes through the presigned upload path.
+///
+/// A file the attachments service refuses (or cannot store) is reported in a second message,
+/// `Could not attach <name>: <reason>`, and the run completes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EchoAgent;
 
@@ -236,6 +244,15 @@ impl Agent for EchoAgent {
             }
             if let Some(call) = trimmed.strip_prefix("/tool ") {
                 return call_tool(input, sink, &reply_id, call).await;
+            }
+            if let Some(spec) = trimmed.strip_prefix("/file-large ") {
+                let (name, bytes) = large_file(spec)?;
+                return make_file(input, sink, &reply_id, name, bytes).await;
+            }
+            if let Some(spec) = trimmed.strip_prefix("/file ") {
+                let (name, text) = spec.trim().split_once(' ').unwrap_or((spec.trim(), ""));
+                let bytes = text.trim().as_bytes().to_vec();
+                return make_file(input, sink, &reply_id, name, bytes).await;
             }
             if let Some(spec) = trimmed.strip_prefix("/meta ") {
                 let mut fields =
@@ -341,6 +358,58 @@ async fn emit_hints(sink: &mut EventSink, message_id: &str, hints: UiHints) -> a
         value,
     })
     .await
+}
+
+/// Most KiB `/file-large` makes (the 100 MB per-file limit).
+const MAX_LARGE_FILE_KIB: usize = 100 * 1024;
+
+/// `/file-large <name> <KiB>`: the name and that many KiB of repeated text.
+fn large_file(spec: &str) -> anyhow::Result<(&str, Vec<u8>)> {
+    let usage = || {
+        anyhow::anyhow!(
+            "/file-large needs a file name and a size in KiB (1 to {MAX_LARGE_FILE_KIB})"
+        )
+    };
+    let (name, kib) = spec.trim().split_once(' ').ok_or_else(usage)?;
+    let kib: usize = kib.trim().parse().map_err(|_| usage())?;
+    if kib == 0 || kib > MAX_LARGE_FILE_KIB {
+        return Err(usage());
+    }
+    let line = b"All work and no play makes a large generated file.\n";
+    let bytes = line.iter().copied().cycle().take(kib * 1024).collect();
+    Ok((name, bytes))
+}
+
+/// Answers `Here is <name>.` and attaches `bytes` as the text file `name` to that answer; a
+/// refusal is told in a second message and the run goes on.
+async fn make_file(
+    input: &ModelInput<'_>,
+    sink: &mut EventSink,
+    reply_id: &str,
+    name: &str,
+    bytes: Vec<u8>,
+) -> anyhow::Result<()> {
+    stream_text(sink, reply_id, &format!("Here is {name}."), None).await?;
+    let content_type = if name.to_ascii_lowercase().ends_with(".csv") {
+        "text/csv"
+    } else {
+        // Markdown too: `text/plain` is the allowed text type (the icon still says `md`).
+        "text/plain"
+    };
+    match sink.attach(reply_id, name, content_type, bytes).await {
+        Ok(_) => Ok(()),
+        Err(err) if err.is::<crate::sink::Cancelled>() => Err(err),
+        Err(err) => {
+            let error_id = format!("{}-file-error", input.task.task_id);
+            stream_text(
+                sink,
+                &error_id,
+                &format!("Could not attach {name}: {err}"),
+                None,
+            )
+            .await
+        }
+    }
 }
 
 /// `/tool <name> <json arguments>`.
@@ -527,6 +596,16 @@ mod tests {
                 "Attachment gone.txt (text/plain): not readable (could not read gone.txt: timed out)".to_owned(),
             ]
         );
+    }
+
+    #[test]
+    fn file_large_makes_exactly_the_asked_kib_of_text_within_the_limit() {
+        let (name, bytes) = large_file(" big.txt 1024 ").unwrap();
+        assert_eq!((name, bytes.len()), ("big.txt", 1024 * 1024));
+        assert!(std::str::from_utf8(&bytes).is_ok());
+        for bad in ["big.txt", "big.txt 0", "big.txt 102401", "big.txt many"] {
+            assert!(large_file(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

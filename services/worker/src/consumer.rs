@@ -63,13 +63,14 @@ impl RunConsumer {
     pub(crate) async fn new(
         client: async_nats::Client,
         js: jetstream::Context,
-        names: Names,
+        nats: &platform::nats::NatsConfig,
         agents: Arc<AgentSet>,
         reader: Option<AttachmentReader>,
         concurrency: usize,
         ack_wait: Duration,
     ) -> anyhow::Result<Self> {
-        let buckets = platform::nats::ensure_run_buckets(&js, &names).await?;
+        let names = nats.names.clone();
+        let buckets = platform::nats::ensure_run_buckets(&js, nats).await?;
         agents
             .register(&buckets.agents)
             .await

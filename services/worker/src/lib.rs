@@ -5,6 +5,7 @@ pub mod agent;
 pub mod attachments;
 mod consumer;
 mod deadlines;
+pub mod generated;
 pub mod openai;
 pub mod registry;
 pub mod sink;
@@ -123,7 +124,7 @@ impl Application {
         agents: registry::AgentSet,
     ) -> anyhow::Result<Self> {
         let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
-        platform::nats::ensure_streams(&js, &config.nats.names).await?;
+        platform::nats::ensure_streams(&js, &config.nats).await?;
         let reader = config.s3.as_ref().map(attachments::AttachmentReader::new);
         if reader.is_none() {
             tracing::warn!(
@@ -133,7 +134,7 @@ impl Application {
         let consumer = consumer::RunConsumer::new(
             client,
             js.clone(),
-            config.nats.names.clone(),
+            &config.nats,
             Arc::new(agents),
             reader,
             config.concurrency,

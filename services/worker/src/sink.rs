@@ -6,10 +6,15 @@ use async_nats::jetstream;
 use chrono::Utc;
 use protocol::agents::OutputCollector;
 use protocol::agui::Event;
+use protocol::files::{
+    ATTACHMENTS_EVENT, GeneratedAttachments, GeneratedFile, MAX_GENERATED_ATTACHMENTS,
+};
 use protocol::message_body::{MessageBody, MessageBodyError};
 use protocol::messaging::{Names, RunEventMessage, RunEventV1, RunTaskV1};
 use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use tokio_util::sync::CancellationToken;
+
+use crate::generated::{AttachError, Registrar};
 
 /// The run was cancelled by its owner; returned by [`EventSink::emit`] and [`EventSink::pause`].
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +32,10 @@ pub struct EventSink {
     ask: Option<protocol::interaction::Prompt>,
     /// What the agent produced, as a `MessageBody` (checked against its output schema).
     output: OutputCollector,
+    /// Keeps the files the agent makes in the thread's workspace.
+    registrar: Registrar,
+    /// The files attached so far, by the agent message they belong to.
+    attached: Vec<(String, Vec<GeneratedFile>)>,
 }
 
 impl EventSink {
@@ -36,6 +45,7 @@ impl EventSink {
         task: &RunTaskV1,
         cancel: CancellationToken,
     ) -> Self {
+        let registrar = Registrar::new(js.client(), names, &task.owner, &task.input.thread_id);
         Self {
             js,
             subject: names.run_event_subject(task.task_id),
@@ -54,6 +64,8 @@ impl EventSink {
             cancel,
             ask: None,
             output: OutputCollector::default(),
+            registrar,
+            attached: Vec::new(),
         }
     }
 
@@ -107,6 +119,80 @@ impl EventSink {
             value: fields.to_value(),
         })
         .await
+    }
+
+    /// Keeps a file the agent made, `file_name` (a plain name, no path) of the allowed type
+    /// `content_type`, in the thread's workspace with `source: "generated"`, and shows it under
+    /// the agent's message `message_id` (a message this run started) with a `CUSTOM
+    /// attachments` event. History keeps an event's file list whole (a later event replaces the
+    /// message's list), so each event carries every file of the message so far; a file of the
+    /// same name replaces the earlier one. Small files go inline, larger ones (up to 100 MB)
+    /// through a presigned upload that is verified before the file is shown
+    /// ([`crate::generated`]). A refusal ([`AttachError::Refused`], also past
+    /// [`MAX_GENERATED_ATTACHMENTS`] files on one message) or unavailable storage
+    /// ([`AttachError::Unavailable`]) is returned for the agent to handle: the run goes on.
+    pub async fn attach(
+        &mut self,
+        message_id: &str,
+        file_name: &str,
+        content_type: &str,
+        bytes: Vec<u8>,
+    ) -> anyhow::Result<GeneratedFile> {
+        if self.cancel.is_cancelled() {
+            return Err(Cancelled.into());
+        }
+        crate::generated::check_file_name(file_name)?;
+        let index = match self.attached.iter().position(|(id, _)| id == message_id) {
+            Some(index) => index,
+            None => {
+                self.attached.push((message_id.to_owned(), Vec::new()));
+                self.attached.len() - 1
+            }
+        };
+        let path = format!("/{file_name}");
+        let known = &self.attached[index].1;
+        if known.len() >= MAX_GENERATED_ATTACHMENTS && !known.iter().any(|f| f.path == path) {
+            return Err(AttachError::Refused(format!(
+                "a message may show at most {MAX_GENERATED_ATTACHMENTS} files"
+            ))
+            .into());
+        }
+        let content_url = match self
+            .registrar
+            .register(file_name, content_type, bytes)
+            .await
+        {
+            Ok(url) => url,
+            Err(err) => {
+                if let AttachError::Unavailable(cause) = &err {
+                    tracing::warn!(
+                        task.id = %self.template.task_id,
+                        error = format!("{cause:#}"),
+                        "a generated file could not be stored"
+                    );
+                }
+                return Err(err.into());
+            }
+        };
+        let file = GeneratedFile::generated(file_name, content_type, content_url);
+        let files = &mut self.attached[index].1;
+        match files.iter_mut().find(|f| f.path == file.path) {
+            Some(earlier) => *earlier = file.clone(),
+            None => files.push(file.clone()),
+        }
+        let event = GeneratedAttachments {
+            message_id: message_id.to_owned(),
+            files: files.clone(),
+        };
+        let value = serde_json::to_value(&event)?;
+        // What history and clients accept, checked before it is sent.
+        GeneratedAttachments::parse_event(&value).map_err(AttachError::Refused)?;
+        self.emit(Event::Custom {
+            name: ATTACHMENTS_EVENT.to_owned(),
+            value,
+        })
+        .await?;
+        Ok(file)
     }
 
     /// Whether the owner cancelled the run.

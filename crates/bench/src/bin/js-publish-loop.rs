@@ -72,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
     let config = NatsConfig {
         url,
         names: settings.names.clone(),
+        limits: platform::nats::StreamLimits::default(),
     };
     let (_client, js) = platform::nats::connect(&config, "bench-js-publish-loop").await?;
     match args
@@ -83,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
         "cleanup" => return cleanup(&js, &settings.names).await,
         other => anyhow::bail!("--mode {other:?}: use publish or cleanup"),
     }
-    platform::nats::ensure_streams(&js, &settings.names).await?;
+    platform::nats::ensure_streams(&js, &config).await?;
 
     let outcome = run(&js, &settings).await?;
     let line = json!({

@@ -52,6 +52,7 @@ impl Bench {
         let config = platform::nats::NatsConfig {
             url: nats_url.clone(),
             names: names.clone(),
+            limits: platform::nats::StreamLimits::default(),
         };
         let (_client, js) = platform::nats::connect(&config, name).await?;
         let http = reqwest::Client::builder()
