@@ -49,6 +49,8 @@ pub struct Options {
     pub openai: Option<worker::openai::OpenAiConfig>,
     /// Open event streams and WebSockets per owner on the runs service.
     pub max_streams_per_owner: u32,
+    /// Per-owner upload rate and storage quotas of the attachments service.
+    pub quota: attachments::quota::QuotaConfig,
 }
 
 impl Default for Options {
@@ -61,6 +63,13 @@ impl Default for Options {
             upload_ttl: Duration::from_secs(300),
             openai: None,
             max_streams_per_owner: 100,
+            // Generous: tests upload many files quickly; the quota tests set their own.
+            quota: attachments::quota::QuotaConfig {
+                uploads_per_minute: 10_000,
+                uploads_burst: 10_000,
+                max_pending: 1_000,
+                ..attachments::quota::QuotaConfig::default()
+            },
         }
     }
 }
@@ -138,6 +147,7 @@ impl TestPlatform {
             download_ttl: Duration::from_secs(300),
             sweep_every: Duration::from_secs(1),
             cors_allowed_origins: options.cors_allowed_origins.clone(),
+            quota: options.quota.clone(),
         })
         .await?;
         let runs = runs::Application::build(runs::Config {

@@ -13,6 +13,7 @@ mod jetstream;
 mod openai_backend;
 mod resilience;
 mod run_contract;
+mod security;
 mod server_upload;
 mod streams;
 mod threads;

@@ -483,7 +483,14 @@ async fn an_upload_never_completed_is_forgotten_after_its_form_expires() {
     let alice = platform.infra.token("alice");
     let body = request("never.txt", "text/plain", b"never sent");
     let (_, first) = upload_url(&platform, &alice, &body).await;
-    let key = first["fields"]["key"].as_str().unwrap().to_owned();
+    let key = first["content_url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("s3://")
+        .split_once('/')
+        .unwrap()
+        .1
+        .to_owned();
     let db = sqlx::PgPool::connect(platform.attachments_db.expose_secret())
         .await
         .unwrap();
@@ -511,4 +518,143 @@ async fn an_upload_never_completed_is_forgotten_after_its_form_expires() {
         again["content_url"], first["content_url"],
         "a new request gets a new file"
     );
+}
+
+#[tokio::test]
+async fn a_verified_file_cannot_be_overwritten_by_posting_its_form_again() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    // No declared hash: the form pins only the size and the type.
+    let original = b"the original bytes!\n";
+    let forged = b"a forged replacement";
+    assert_eq!(original.len(), forged.len());
+    let body =
+        json!({"file_name": "a.txt", "file_type": "text/plain", "file_size": original.len()});
+    let (status, form) = upload_url(&platform, &alice, &body).await;
+    assert_eq!(status, 200, "{form}");
+    let url = form["url"].as_str().unwrap();
+    assert_eq!(
+        post_form(&platform, url, &form["fields"], original).await / 100,
+        2
+    );
+    let content_url = form["content_url"].as_str().unwrap();
+    wait_verified(&platform, &alice, content_url).await;
+    // The form is still valid: S3 takes the post, but it lands where nothing reads.
+    assert_eq!(
+        post_form(&platform, url, &form["fields"], forged).await / 100,
+        2
+    );
+    let (_, download) = download_url(&platform, &alice, content_url).await;
+    let got = platform
+        .http
+        .get(download["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(got.as_ref(), original, "the verified file is unchanged");
+}
+
+#[tokio::test]
+async fn one_owner_is_bounded_in_upload_rate_unfinished_uploads_files_and_bytes() {
+    let platform = TestPlatform::spawn_with(switchboard_system_tests::Options {
+        quota: attachments::quota::QuotaConfig {
+            uploads_per_minute: 1,
+            uploads_burst: 6,
+            max_pending: 2,
+            max_files: 3,
+            max_bytes: 100,
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let file = |n: u8| format!("file {n} of ten bytes")[..10].as_bytes().to_vec();
+    let ask = |token: &str, n: u8| {
+        let body =
+            json!({"file_name": format!("{n}.txt"), "file_type": "text/plain", "file_size": 10});
+        let token = token.to_owned();
+        let platform = &platform;
+        async move { upload_url(platform, &token, &body).await }
+    };
+    let (status, a) = ask(&alice, 1).await;
+    assert_eq!(status, 200, "{a}");
+    let (status, b) = ask(&alice, 2).await;
+    assert_eq!(status, 200, "{b}");
+    // Two forms not used yet: a third waits for them.
+    let (status, refused) = ask(&alice, 3).await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (429, &json!("rate_limited")),
+        "{refused}"
+    );
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for their bytes")
+    );
+    // Another owner is not held up.
+    let (status, _) = ask(&bob, 1).await;
+    assert_eq!(status, 200);
+    // Uploaded and verified at once on first use: no longer unfinished.
+    for (n, form) in [(1, &a), (2, &b)] {
+        let url = form["url"].as_str().unwrap();
+        assert_eq!(
+            post_form(&platform, url, &form["fields"], &file(n)).await / 100,
+            2
+        );
+        let (status, got) =
+            download_url(&platform, &alice, form["content_url"].as_str().unwrap()).await;
+        assert_eq!(status, 200, "verified on first use: {got}");
+    }
+    let (status, c) = ask(&alice, 3).await;
+    assert_eq!(status, 200, "{c}");
+    // Three files held: a fourth is over the quota.
+    let (status, full) = ask(&alice, 4).await;
+    assert_eq!(
+        (status, &full["error"]["code"]),
+        (403, &json!("quota_exceeded")),
+        "{full}"
+    );
+    assert!(
+        full["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 3 files")
+    );
+    // Bytes: one file larger than the owner's room.
+    let body = json!({"file_name": "big.txt", "file_type": "text/plain", "file_size": 101});
+    let (status, full) = upload_url(&platform, &bob, &body).await;
+    assert_eq!(
+        (status, &full["error"]["code"]),
+        (403, &json!("quota_exceeded")),
+        "{full}"
+    );
+    assert!(
+        full["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 100 bytes")
+    );
+    // The rate: six asks in a burst, then wait.
+    let (_, _) = ask(&alice, 5).await;
+    let response = platform
+        .http
+        .post(format!("{}/v2/files/upload-url", platform.urls.attachments))
+        .bearer_auth(&alice)
+        .json(&json!({"file_name": "6.txt", "file_type": "text/plain", "file_size": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1, "{retry}");
 }

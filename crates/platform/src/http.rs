@@ -86,6 +86,16 @@ impl ErrorResponse {
         self
     }
 
+    /// Adds `Retry-After: <secs>` (at least 1) to a 429 or 503.
+    pub fn retry_after(mut self, wait: std::time::Duration) -> Self {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        self.0.header = Some((
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from(secs.max(1)),
+        ));
+        self
+    }
+
     /// The status.
     pub fn status(&self) -> StatusCode {
         self.0.status

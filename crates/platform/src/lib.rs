@@ -10,6 +10,7 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod http;
+pub mod limit;
 pub mod nats;
 pub mod s3;
 pub mod service;

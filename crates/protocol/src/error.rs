@@ -21,6 +21,8 @@ pub enum ErrorCode {
     Conflict,
     /// The caller sent too many requests (429).
     RateLimited,
+    /// The caller's storage quota is used up (403).
+    QuotaExceeded,
     /// What was asked for is older than its retention (410).
     Expired,
     /// A dependency (database, NATS, S3) is unavailable (503).

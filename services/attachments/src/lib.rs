@@ -5,6 +5,7 @@
 
 mod download;
 pub mod policy;
+pub mod quota;
 mod resolve;
 mod routes;
 mod server_upload;
@@ -54,11 +55,13 @@ pub struct Config {
     pub upload_ttl: Duration,
     /// How long a download URL is valid (`SB_ATTACHMENTS_DOWNLOAD_TTL_SECS`, default 300).
     pub download_ttl: Duration,
-    /// How often pending uploads are verified (`SB_ATTACHMENTS_SWEEP_SECS`, default 5).
+    /// How often pending uploads are verified (`SB_ATTACHMENTS_SWEEP_SECS`, default 2).
     pub sweep_every: Duration,
     /// Browser origins allowed to call the HTTP API cross-origin (`SB_CORS_ALLOWED_ORIGINS`,
     /// comma-separated exact origins such as `https://chat.example.com`; default none: no CORS).
     pub cors_allowed_origins: Vec<String>,
+    /// Per-owner upload rate, unfinished uploads and storage quotas.
+    pub quota: quota::QuotaConfig,
 }
 
 impl Config {
@@ -79,7 +82,20 @@ impl Config {
             public_endpoint: env.optional("SB_S3_PUBLIC_ENDPOINT")?,
             upload_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_UPLOAD_TTL_SECS", 300)?),
             download_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_DOWNLOAD_TTL_SECS", 300)?),
-            sweep_every: Duration::from_secs(env.or("SB_ATTACHMENTS_SWEEP_SECS", 5)?.max(1)),
+            sweep_every: Duration::from_secs(env.or("SB_ATTACHMENTS_SWEEP_SECS", 2)?.max(1)),
+            quota: {
+                let d = quota::QuotaConfig::default();
+                quota::QuotaConfig {
+                    uploads_per_minute: env.or(
+                        "SB_ATTACHMENTS_UPLOAD_RATE_PER_MINUTE",
+                        d.uploads_per_minute,
+                    )?,
+                    uploads_burst: env.or("SB_ATTACHMENTS_UPLOAD_RATE_BURST", d.uploads_burst)?,
+                    max_pending: env.or("SB_ATTACHMENTS_MAX_PENDING_PER_OWNER", d.max_pending)?,
+                    max_files: env.or("SB_ATTACHMENTS_MAX_FILES_PER_OWNER", d.max_files)?,
+                    max_bytes: env.or("SB_ATTACHMENTS_MAX_BYTES_PER_OWNER", d.max_bytes)?,
+                }
+            },
             cors_allowed_origins: env
                 .raw(CORS_ORIGINS_VAR)
                 .map(parse_origins)
@@ -153,6 +169,7 @@ pub(crate) struct AppState {
     pub(crate) bucket: String,
     pub(crate) upload_ttl: Duration,
     pub(crate) download_ttl: Duration,
+    pub(crate) quota: Arc<quota::Quota>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -213,6 +230,7 @@ impl platform::service::Service for Application {
             region: config.s3.region.clone(),
             public_endpoint,
         });
+        let quota = Arc::new(quota::Quota::new(config.quota.clone()));
         let resolver = resolve::Resolver {
             pool: pool.clone(),
             s3: s3.clone(),
@@ -221,6 +239,7 @@ impl platform::service::Service for Application {
             bucket: config.s3.bucket.clone(),
             download_ttl: config.download_ttl,
             upload_ttl: config.upload_ttl,
+            quota: Arc::clone(&quota),
         };
         let sweeper = Sweeper {
             s3: s3.clone(),
@@ -235,6 +254,7 @@ impl platform::service::Service for Application {
             bucket: config.s3.bucket.clone(),
             upload_ttl: config.upload_ttl,
             download_ttl: config.download_ttl,
+            quota,
         };
         let mut router = routes::router(state).merge(platform::http::health_routes(probes));
         if let Some(cors) = cors_layer(&config.cors_allowed_origins)? {

@@ -43,6 +43,8 @@ pub(crate) struct Resolver {
     pub(crate) download_ttl: Duration,
     /// Validity of upload forms for large generated files.
     pub(crate) upload_ttl: Duration,
+    /// The owners' storage quotas (generated files count like uploads).
+    pub(crate) quota: Arc<crate::quota::Quota>,
 }
 
 #[derive(Deserialize)]
@@ -214,6 +216,14 @@ impl Resolver {
         if !file_type.matches(&bytes[..bytes.len().min(4096)]) {
             return refused("the bytes are not of the declared content_type");
         }
+        let size = i64::try_from(bytes.len())?;
+        if let Err(full) = self
+            .quota
+            .room(&self.pool, &owner, Some(size), false)
+            .await?
+        {
+            return refused(&full.to_string());
+        }
         let sha256: [u8; 32] = Sha256::digest(&bytes).into();
         let id = Uuid::now_v7();
         let key = generated_key(&owner, id, &name);
@@ -299,6 +309,13 @@ impl Resolver {
             return refused("sha256_hex must be 64 hexadecimal characters");
         };
         let size = i64::try_from(file_size)?;
+        if let Err(full) = self
+            .quota
+            .room(&self.pool, &owner, Some(size), true)
+            .await?
+        {
+            return refused(&full.to_string());
+        }
         let expires_at = chrono::Utc::now()
             + chrono::Duration::from_std(self.upload_ttl).unwrap_or(chrono::Duration::minutes(5));
         for _ in 0..3 {
@@ -316,13 +333,7 @@ impl Resolver {
                     });
                 }
                 store::extend_pending(&self.pool, existing.id, expires_at).await?;
-                return Ok(self.upload_form(
-                    &existing.bucket,
-                    &existing.object_key,
-                    file_type.mime,
-                    file_size,
-                    sha256,
-                ));
+                return Ok(self.upload_form(&existing, file_type.mime, file_size, sha256));
             }
             let id = Uuid::now_v7();
             let key = generated_key(&owner, id, &name);
@@ -337,29 +348,33 @@ impl Resolver {
                 declared_sha256: Some(&sha256),
                 expires_at,
             };
-            if store::insert_file(&self.pool, &upload, None).await? {
+            if store::insert_file(&self.pool, &upload, None).await?
+                && let Some(file) =
+                    store::find_owned(&self.pool, &owner, &self.bucket, &key).await?
+            {
                 store::add_to_workspace(&self.pool, &owner, &session_id, id, "generated").await?;
                 tracing::info!(file.id = %id, "generated file upload form signed");
-                return Ok(self.upload_form(&self.bucket, &key, file_type.mime, file_size, sha256));
+                return Ok(self.upload_form(&file, file_type.mime, file_size, sha256));
             }
             // A concurrent request for the same content won the insert: answer with its file.
         }
         anyhow::bail!("generated upload did not settle after concurrent inserts")
     }
 
-    /// The presigned POST form for exactly these bytes at `bucket`/`key`.
+    /// The presigned POST form for exactly these bytes of the pending `file` (to its staging
+    /// key; the content URL names its final key).
     fn upload_form(
         &self,
-        bucket: &str,
-        key: &str,
+        file: &store::FileRow,
         mime: &str,
         size: u64,
         sha256: [u8; 32],
     ) -> GeneratedUploadOutcome {
+        let staging = store::staging_key(file.id);
         let form = self.signer.sign(
             &Upload {
-                bucket,
-                key,
+                bucket: &file.bucket,
+                key: &staging,
                 content_type: mime,
                 size,
                 sha256: Some(sha256),
@@ -370,7 +385,7 @@ impl Resolver {
         GeneratedUploadOutcome::Upload {
             url: form.url,
             fields: form.fields,
-            content_url: format!("s3://{bucket}/{key}"),
+            content_url: format!("s3://{}/{}", file.bucket, file.object_key),
         }
     }
 

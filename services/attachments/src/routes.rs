@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::policy::Upload;
+use crate::quota::QuotaError;
 use crate::store::{self, NewUpload};
 
 /// Largest file accepted, in bytes (100 MB).
@@ -52,6 +53,42 @@ fn invalid(field: &str, message: impl Into<String>) -> ErrorResponse {
 
 fn internal(err: impl Into<anyhow::Error>) -> ErrorResponse {
     ErrorResponse::internal(&err.into())
+}
+
+/// The answer to a quota refusal: 429 (with `Retry-After` for the rate) or 403.
+fn over_quota(err: QuotaError) -> ErrorResponse {
+    let message = err.to_string();
+    match err {
+        QuotaError::RateLimited(wait) => ErrorResponse::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited,
+            message,
+        )
+        .retry_after(wait),
+        QuotaError::TooManyPending(_) => ErrorResponse::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited,
+            message,
+        ),
+        QuotaError::Full(_) => {
+            ErrorResponse::new(StatusCode::FORBIDDEN, ErrorCode::QuotaExceeded, message)
+        }
+    }
+}
+
+/// Checks that `owner` has room for one more file (see [`crate::quota`]).
+async fn check_room(
+    state: &AppState,
+    owner: &str,
+    size: Option<i64>,
+    pending: bool,
+) -> Result<(), ErrorResponse> {
+    state
+        .quota
+        .room(&state.pool, owner, size, pending)
+        .await
+        .map_err(internal)?
+        .map_err(over_quota)
 }
 
 /// A validated `POST /v2/files/upload-url` body.
@@ -181,6 +218,7 @@ async fn upload_url(
 ) -> Result<Response, ErrorResponse> {
     let request = parse_upload_request(&body)?;
     let owner = owner.as_str();
+    state.quota.rate(owner).map_err(over_quota)?;
     let now = Utc::now();
     let expires_at =
         now + chrono::Duration::from_std(state.upload_ttl).unwrap_or(chrono::Duration::minutes(5));
@@ -220,6 +258,7 @@ async fn upload_url(
                 .map_err(internal)?;
             return Ok(form_answer(
                 &state,
+                existing.id,
                 &existing.bucket,
                 &existing.object_key,
                 request.file_type.mime,
@@ -227,6 +266,8 @@ async fn upload_url(
                 request.content_hash,
             ));
         }
+        // A new file: the owner must have room for it (a duplicate above adds nothing).
+        check_room(&state, owner, Some(size), true).await?;
         let id = Uuid::now_v7();
         let key = crate::server_upload::object_key(owner, id, &request.file_name);
         let inserted = store::insert_file(
@@ -255,6 +296,7 @@ async fn upload_url(
             tracing::info!(file.id = %id, "upload form signed");
             return Ok(form_answer(
                 &state,
+                id,
                 &state.bucket,
                 &key,
                 request.file_type.mime,
@@ -269,18 +311,22 @@ async fn upload_url(
     )))
 }
 
+/// The upload form of the pending file `id`: it posts to the file's staging key (see
+/// [`store::staging_key`]); the answer's `content_url` names the final `bucket`/`key`.
 fn form_answer(
     state: &AppState,
+    id: Uuid,
     bucket: &str,
     key: &str,
     mime: &str,
     size: u64,
     sha256: Option<[u8; 32]>,
 ) -> Response {
+    let staging = store::staging_key(id);
     let form = state.signer.sign(
         &Upload {
             bucket,
-            key,
+            key: &staging,
             content_type: mime,
             size,
             sha256,
@@ -322,10 +368,21 @@ async fn download_url(
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
 ) -> Result<axum::Json<Value>, ErrorResponse> {
-    let file = owned_file(&state, owner.as_str(), query.content_url.as_deref())
+    let mut file = owned_file(&state, owner.as_str(), query.content_url.as_deref())
         .await?
-        .filter(|f| f.status == "verified")
         .ok_or_else(|| ErrorResponse::not_found("file"))?;
+    if file.status == "pending" {
+        // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper.
+        let verdict = crate::verify::verify(&state.s3, &state.pool, &file)
+            .await
+            .map_err(internal)?;
+        if verdict == crate::verify::Verdict::Verified {
+            file.status = "verified".to_owned();
+        }
+    }
+    if file.status != "verified" {
+        return Err(ErrorResponse::not_found("file"));
+    }
     let url = crate::download::sign(&state.signer, &file, state.download_ttl).map_err(internal)?;
     Ok(axum::Json(json!({
         "url": url,
@@ -344,14 +401,17 @@ async fn delete_file(
     Query(query): Query<ContentUrlQuery>,
 ) -> Result<StatusCode, ErrorResponse> {
     if let Some(file) = owned_file(&state, owner.as_str(), query.content_url.as_deref()).await? {
-        state
-            .s3
-            .delete_object()
-            .bucket(&file.bucket)
-            .key(&file.object_key)
-            .send()
-            .await
-            .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
+        // Its object, and a staged upload if one is still there.
+        for key in [file.object_key.clone(), store::staging_key(file.id)] {
+            state
+                .s3
+                .delete_object()
+                .bucket(&file.bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
+        }
         store::delete(&state.pool, file.id)
             .await
             .map_err(internal)?;
@@ -429,6 +489,8 @@ async fn server_upload(
 ) -> Result<axum::Json<Value>, ErrorResponse> {
     use crate::server_upload::{UploadError, object_key, receive};
     let owner = owner.as_str();
+    state.quota.rate(owner).map_err(over_quota)?;
+    check_room(&state, owner, None, false).await?;
     let id = Uuid::now_v7();
     let stored = receive(
         &state.s3,
@@ -448,6 +510,24 @@ async fn server_upload(
         ),
         UploadError::Failed(e) => internal(e),
     })?;
+    // Its size is known now: over the byte quota, the object goes again.
+    let size = i64::try_from(stored.size).unwrap_or(i64::MAX);
+    if let Err(refused) = state
+        .quota
+        .room(&state.pool, owner, Some(size), false)
+        .await
+        .map_err(internal)?
+    {
+        state
+            .s3
+            .delete_object()
+            .bucket(&state.bucket)
+            .key(&stored.key)
+            .send()
+            .await
+            .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
+        return Err(over_quota(refused));
+    }
     let upload = NewUpload {
         id,
         owner,

@@ -18,6 +18,13 @@ pub(crate) struct FileRow {
     pub(crate) expires_at: Option<DateTime<Utc>>,
 }
 
+/// Where the bytes of a pending file are uploaded: a key of its own, never the file's
+/// `object_key`. Verification copies verified bytes to `object_key`, which no upload form can
+/// write, so re-posting a still-valid form cannot change a verified file.
+pub(crate) fn staging_key(id: Uuid) -> String {
+    format!("staging/{id}")
+}
+
 /// The columns of [`FileRow`], as a literal so queries stay static strings.
 macro_rules! file_columns {
     () => {
@@ -87,6 +94,27 @@ pub(crate) async fn find_by_hash(
     .bind(owner)
     .bind(sha256)
     .fetch_optional(pool)
+    .await
+}
+
+/// What an owner holds: live files (pending or verified), their bytes, and how many of them
+/// are uploads still waiting for their bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct Usage {
+    pub(crate) files: i64,
+    pub(crate) bytes: i64,
+    pub(crate) pending: i64,
+}
+
+/// The owner's [`Usage`] (one index range of `files_owner_idx`).
+pub(crate) async fn usage(pool: &PgPool, owner: &str) -> sqlx::Result<Usage> {
+    sqlx::query_as(
+        "SELECT count(*) AS files, coalesce(sum(size_bytes), 0)::bigint AS bytes,
+                count(*) FILTER (WHERE status = 'pending' AND expires_at > now()) AS pending
+         FROM files WHERE owner = $1 AND status IN ('pending', 'verified')",
+    )
+    .bind(owner)
+    .fetch_one(pool)
     .await
 }
 

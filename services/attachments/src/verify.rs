@@ -6,6 +6,7 @@
 use aws_sdk_s3::types::ChecksumMode;
 use base64::Engine as _;
 use chrono::Utc;
+use futures::StreamExt as _;
 use protocol::file_types;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -28,33 +29,67 @@ pub(crate) enum Verdict {
     Expired,
 }
 
-/// Verifies one pending file against its stored object.
+/// Verifies one pending file against its uploaded object: the bytes at its staging key are
+/// judged, and verified bytes are copied to the file's own key (which no form can write) before
+/// the file is marked verified; the staged copy is then removed. A pending file of an earlier
+/// release, uploaded straight to its own key, is judged there.
 pub(crate) async fn verify(
     s3: &aws_sdk_s3::Client,
     pool: &PgPool,
     file: &FileRow,
 ) -> anyhow::Result<Verdict> {
-    let head = s3
-        .head_object()
-        .bucket(&file.bucket)
-        .key(&file.object_key)
-        .checksum_mode(ChecksumMode::Enabled)
-        .send()
-        .await;
-    let head = match head {
-        Ok(head) => head,
-        Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => {
-            if file.expires_at.is_some_and(|at| at < Utc::now()) {
-                store::delete(pool, file.id).await?;
-                return Ok(Verdict::Expired);
+    let staging = store::staging_key(file.id);
+    let mut found = None;
+    for key in [staging.as_str(), file.object_key.as_str()] {
+        let head = s3
+            .head_object()
+            .bucket(&file.bucket)
+            .key(key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await;
+        match head {
+            Ok(head) => {
+                found = Some((key, head));
+                break;
             }
-            return Ok(Verdict::Waiting);
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => {}
+            Err(err) => return Err(aws_sdk_s3::Error::from(err).into()),
         }
-        Err(err) => return Err(aws_sdk_s3::Error::from(err).into()),
+    }
+    let Some((key, head)) = found else {
+        if file.expires_at.is_some_and(|at| at < Utc::now()) {
+            store::delete(pool, file.id).await?;
+            return Ok(Verdict::Expired);
+        }
+        return Ok(Verdict::Waiting);
     };
-    match judge(s3, file, head.content_length(), head.checksum_sha256()).await? {
+    match judge(s3, file, key, head.content_length(), head.checksum_sha256()).await? {
         Ok(sha256) => {
+            if key == staging {
+                s3.copy_object()
+                    .bucket(&file.bucket)
+                    .key(&file.object_key)
+                    .copy_source(format!("{}/{staging}", file.bucket))
+                    .content_type(&file.content_type)
+                    .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+                    .send()
+                    .await
+                    .map_err(aws_sdk_s3::Error::from)?;
+            }
             store::mark_verified(pool, file.id, &sha256).await?;
+            if key == staging {
+                // Best effort: a staged copy left behind is never read again.
+                let removed = s3
+                    .delete_object()
+                    .bucket(&file.bucket)
+                    .key(&staging)
+                    .send()
+                    .await;
+                if let Err(err) = removed {
+                    tracing::warn!(file.id = %file.id, error = %aws_sdk_s3::error::DisplayErrorContext(err), "staged upload not removed");
+                }
+            }
             tracing::info!(file.id = %file.id, "upload verified");
             Ok(Verdict::Verified)
         }
@@ -70,6 +105,7 @@ pub(crate) async fn verify(
 async fn judge(
     s3: &aws_sdk_s3::Client,
     file: &FileRow,
+    key: &str,
     stored_size: Option<i64>,
     s3_checksum: Option<&str>,
 ) -> anyhow::Result<Result<Vec<u8>, String>> {
@@ -86,8 +122,8 @@ async fn judge(
         .and_then(|c| base64::engine::general_purpose::STANDARD.decode(c).ok())
         .filter(|d| d.len() == 32);
     let (sha256, head) = match s3_sha {
-        Some(sha) => (sha, read(s3, file, Some(HEAD_BYTES)).await?.1),
-        None => read(s3, file, None).await?,
+        Some(sha) => (sha, read(s3, file, key, Some(HEAD_BYTES)).await?.1),
+        None => read(s3, file, key, None).await?,
     };
     if let Some(declared) = &file.declared_sha256
         && declared != &sha256
@@ -108,9 +144,10 @@ async fn judge(
 async fn read(
     s3: &aws_sdk_s3::Client,
     file: &FileRow,
+    key: &str,
     limit: Option<usize>,
 ) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-    let mut request = s3.get_object().bucket(&file.bucket).key(&file.object_key);
+    let mut request = s3.get_object().bucket(&file.bucket).key(key);
     if let Some(limit) = limit {
         request = request.range(format!("bytes=0-{}", limit.saturating_sub(1)));
     }
@@ -125,7 +162,11 @@ async fn read(
     Ok((hasher.finalize().to_vec(), head))
 }
 
-/// Verifies pending uploads in the background and forgets those never completed.
+/// Uploads verified at once by the sweeper.
+const SWEEP_CONCURRENCY: usize = 8;
+
+/// Verifies pending uploads in the background (several at once) and forgets those never
+/// completed. The per-owner cap on unfinished uploads bounds how many there can be.
 pub(crate) async fn sweep(
     s3: aws_sdk_s3::Client,
     pool: PgPool,
@@ -145,10 +186,15 @@ pub(crate) async fn sweep(
                 continue;
             }
         };
-        for file in pending {
-            if let Err(err) = verify(&s3, &pool, &file).await {
-                tracing::warn!(file.id = %file.id, error = format!("{err:#}"), "verification failed");
-            }
-        }
+        futures::stream::iter(pending)
+            .for_each_concurrent(SWEEP_CONCURRENCY, |file| {
+                let (s3, pool) = (&s3, &pool);
+                async move {
+                    if let Err(err) = verify(s3, pool, &file).await {
+                        tracing::warn!(file.id = %file.id, error = format!("{err:#}"), "verification failed");
+                    }
+                }
+            })
+            .await;
     }
 }

@@ -78,7 +78,7 @@ pub(crate) struct AppState {
     pub(crate) accept: Arc<accept::Acceptor>,
     pub(crate) admission: Arc<admit::Admission>,
     pub(crate) runs: Arc<status::RunDirectory>,
-    pub(crate) limiter: Arc<limit::PerOwnerLimit>,
+    pub(crate) limiter: Arc<platform::limit::PerOwnerLimit>,
     pub(crate) events: events::EventHub,
     pub(crate) buckets: platform::nats::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
@@ -139,7 +139,7 @@ impl platform::service::Service for Application {
             names.clone(),
             buckets,
         ));
-        let limiter = Arc::new(limit::PerOwnerLimit::new(
+        let limiter = Arc::new(platform::limit::PerOwnerLimit::new(
             config.rate_per_minute,
             config.rate_burst,
         ));

@@ -1,39 +1,5 @@
-//! Per-owner rate limit on starting runs (a token bucket per owner, per replica).
-
-use std::num::NonZeroU32;
-use std::time::Duration;
-
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-
-/// Token buckets keyed by owner.
-pub(crate) struct PerOwnerLimit {
-    limiter: DefaultKeyedRateLimiter<String>,
-    clock: DefaultClock,
-}
-
-impl PerOwnerLimit {
-    /// `per_minute` sustained, up to `burst` at once. Both must be at least 1.
-    pub(crate) fn new(per_minute: u32, burst: u32) -> Self {
-        let per_minute = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
-        let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-        Self {
-            limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
-            clock: DefaultClock::default(),
-        }
-    }
-
-    /// `Ok` if `owner` may start a run now, else how long to wait.
-    pub(crate) fn check(&self, owner: &str) -> Result<(), Duration> {
-        // Forget owners whose bucket is full again, so memory follows active users only.
-        if self.limiter.len() > 10_000 {
-            self.limiter.retain_recent();
-        }
-        self.limiter
-            .check_key(&owner.to_owned())
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
-    }
-}
+//! Open event streams per owner. (The rate limit on starting runs is
+//! [`platform::limit::PerOwnerLimit`].)
 
 /// Open streams (SSE responses and WebSockets) per owner, per replica: each holds memory and a
 /// socket for as long as the client keeps it, so one owner may not hold more than `max`.

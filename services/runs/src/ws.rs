@@ -81,6 +81,7 @@ pub(crate) async fn websocket(
                 ErrorCode::Unauthorized,
                 "a valid bearer token is required (Authorization header or the subprotocols bearer, <token>)",
             )
+            .with_header(header::WWW_AUTHENTICATE, "Bearer")
             .into_response();
         }
     };

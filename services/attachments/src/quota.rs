@@ -1,0 +1,146 @@
+//! What one owner may hold and how fast they may add to it: upload forms and server uploads
+//! per minute, unfinished uploads at once, and stored files (count and bytes). A flood of
+//! unfulfilled forms from one owner can neither grow the files table without bound nor delay
+//! everyone else's verification.
+
+use std::time::Duration;
+
+use platform::limit::PerOwnerLimit;
+use sqlx::PgPool;
+
+use crate::store;
+
+/// The limits (`SB_ATTACHMENTS_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaConfig {
+    /// Upload forms and server uploads per owner per minute (`SB_ATTACHMENTS_UPLOAD_RATE_PER_MINUTE`, 60).
+    pub uploads_per_minute: u32,
+    /// Burst of the same (`SB_ATTACHMENTS_UPLOAD_RATE_BURST`, 20).
+    pub uploads_burst: u32,
+    /// Uploads signed but not verified yet, per owner (`SB_ATTACHMENTS_MAX_PENDING_PER_OWNER`, 20).
+    pub max_pending: i64,
+    /// Files per owner (`SB_ATTACHMENTS_MAX_FILES_PER_OWNER`, 10,000).
+    pub max_files: i64,
+    /// Bytes per owner (`SB_ATTACHMENTS_MAX_BYTES_PER_OWNER`, 10 GiB).
+    pub max_bytes: i64,
+}
+
+impl Default for QuotaConfig {
+    fn default() -> Self {
+        Self {
+            uploads_per_minute: 60,
+            uploads_burst: 20,
+            max_pending: 20,
+            max_files: 10_000,
+            max_bytes: 10 << 30,
+        }
+    }
+}
+
+/// Why an owner may not add a file now.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum QuotaError {
+    /// Too many uploads in a short time (429, `Retry-After`).
+    #[error("too many uploads; retry in {} s", .0.as_secs().max(1))]
+    RateLimited(Duration),
+    /// Too many unfinished uploads (429).
+    #[error("{0} uploads are still waiting for their bytes; finish or let them expire first")]
+    TooManyPending(i64),
+    /// The owner's storage is full (403), naming the limit.
+    #[error("storage quota reached: {0}")]
+    Full(String),
+}
+
+/// Enforces [`QuotaConfig`].
+pub(crate) struct Quota {
+    config: QuotaConfig,
+    rate: PerOwnerLimit,
+}
+
+impl Quota {
+    pub(crate) fn new(config: QuotaConfig) -> Self {
+        Self {
+            rate: PerOwnerLimit::new(config.uploads_per_minute, config.uploads_burst),
+            config,
+        }
+    }
+
+    /// May `owner` ask for one more upload now (the rate)?
+    pub(crate) fn rate(&self, owner: &str) -> Result<(), QuotaError> {
+        self.rate.check(owner).map_err(QuotaError::RateLimited)
+    }
+
+    /// Is there room for one more file of `owner` of `size` bytes (`None`: not known yet)?
+    /// `pending`: whether it will be an upload still to come (counted against the unfinished
+    /// uploads), or bytes the service already holds.
+    pub(crate) async fn room(
+        &self,
+        pool: &PgPool,
+        owner: &str,
+        size: Option<i64>,
+        pending: bool,
+    ) -> anyhow::Result<Result<(), QuotaError>> {
+        let mut usage = store::usage(pool, owner).await?;
+        if !pending {
+            usage.pending = 0;
+        }
+        Ok(self.judge(&usage, size))
+    }
+
+    fn judge(&self, usage: &store::Usage, size: Option<i64>) -> Result<(), QuotaError> {
+        let c = &self.config;
+        if usage.pending >= c.max_pending {
+            return Err(QuotaError::TooManyPending(usage.pending));
+        }
+        if usage.files >= c.max_files {
+            return Err(QuotaError::Full(format!("at most {} files", c.max_files)));
+        }
+        if usage.bytes.saturating_add(size.unwrap_or(0)) > c.max_bytes {
+            return Err(QuotaError::Full(format!(
+                "at most {} bytes in all ({} used)",
+                c.max_bytes, usage.bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota() -> Quota {
+        Quota::new(QuotaConfig {
+            uploads_per_minute: 60,
+            uploads_burst: 5,
+            max_pending: 2,
+            max_files: 3,
+            max_bytes: 100,
+        })
+    }
+
+    fn usage(files: i64, bytes: i64, pending: i64) -> store::Usage {
+        store::Usage {
+            files,
+            bytes,
+            pending,
+        }
+    }
+
+    #[test]
+    fn each_limit_refuses_with_its_own_reason() {
+        let q = quota();
+        assert_eq!(q.judge(&usage(0, 0, 0), Some(100)), Ok(()));
+        assert_eq!(
+            q.judge(&usage(2, 10, 2), Some(1)),
+            Err(QuotaError::TooManyPending(2))
+        );
+        assert!(
+            matches!(q.judge(&usage(3, 10, 0), Some(1)), Err(QuotaError::Full(m)) if m.contains("3 files"))
+        );
+        assert!(
+            matches!(q.judge(&usage(1, 60, 0), Some(41)), Err(QuotaError::Full(m)) if m.contains("100 bytes"))
+        );
+        assert_eq!(q.judge(&usage(1, 60, 0), None), Ok(()));
+    }
+}
