@@ -400,6 +400,27 @@ impl JsonKv {
         Ok(self.store.keys().await?.try_collect().await?)
     }
 
+    /// The current value of `key` (if it has one), then every change to it: `None` for a
+    /// delete or a value this version cannot decode. Ends when the watch fails.
+    pub async fn watch_key<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        key: &str,
+    ) -> anyhow::Result<impl futures::Stream<Item = Option<T>> + Send + 'static> {
+        use futures::StreamExt as _;
+        use jetstream::kv::Operation;
+        let watch = self.store.watch_with_history(key).await?;
+        Ok(watch
+            .take_while(|entry| std::future::ready(entry.is_ok()))
+            .filter_map(|entry| async move {
+                let entry = entry.ok()?;
+                Some(
+                    (entry.operation == Operation::Put)
+                        .then(|| serde_json::from_slice(&entry.value).ok())
+                        .flatten(),
+                )
+            }))
+    }
+
     /// The current value of every key, then every change, as `(key, value)`: `None` for a
     /// delete or a value this version cannot decode. Ends when the watch fails.
     pub async fn watch_all<T: serde::de::DeserializeOwned + Send + 'static>(

@@ -39,8 +39,9 @@ use crate::start::{Answer, StartError, start_run};
 const OUTBOX: usize = 1024;
 /// How often a connection is pinged.
 const PING: Duration = Duration::from_secs(20);
-/// How often a run stopped on a prompt checks whether it was answered elsewhere.
-const PROMPT_POLL: Duration = Duration::from_millis(300);
+/// How often, once a prompt is closed (seen by a KV watch), the connection looks for the run
+/// that continues it, published moments later (at most 50 looks).
+const CONTINUATION_LOOK: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WsQuery {
@@ -457,23 +458,31 @@ impl Session {
                 Box::pin(self.forward(record.task_id, 0, mapper, false)).await;
                 return;
             }
-            tokio::time::sleep(PROMPT_POLL).await;
+            tokio::time::sleep(CONTINUATION_LOOK).await;
         }
     }
 
-    /// The run id that continues after the prompt, once it is closed.
+    /// The run id that continues after the prompt, once it is closed: a KV watch on the
+    /// prompt's record (its current value, then its changes), not a poll; `None` when the
+    /// prompt is gone, the client left or the service stops.
     async fn continuation(&self, prompt_id: &str) -> Option<String> {
         let key = prompt_key(prompt_id);
+        let prompts = &self.state.buckets.prompts;
+        // A prompt that was never stored (or is gone) has no continuation to wait for.
+        prompts.get::<PromptRecord>(&key).await.ok().flatten()?;
+        let changes = prompts.watch_key::<PromptRecord>(&key).await.ok()?;
+        let mut changes = std::pin::pin!(changes);
         loop {
-            if self.out.is_closed() || self.state.shutdown.is_cancelled() {
-                return None;
-            }
-            match self.state.buckets.prompts.get::<PromptRecord>(&key).await {
-                Ok(Some((record, _))) if record.status != PromptStatus::Pending => {
-                    return record.continuation_run_id;
-                }
-                Ok(None) => return None,
-                _ => tokio::time::sleep(PROMPT_POLL).await,
+            tokio::select! {
+                () = self.out.closed() => return None,
+                () = self.state.shutdown.cancelled() => return None,
+                change = changes.next() => match change? {
+                    Some(record) if record.status != PromptStatus::Pending => {
+                        return record.continuation_run_id;
+                    }
+                    Some(_) => {}
+                    None => return None, // deleted
+                },
             }
         }
     }

@@ -13,76 +13,131 @@ use protocol::messaging::{Names, Resumed, RunTaskV1};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// How often the deadlines are checked.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How soon a deadline whose enforcement failed (NATS unavailable) is tried again.
+const RETRY: Duration = Duration::from_secs(1);
 
-/// Sweeps until `shutdown`.
+/// Enforces deadlines until `shutdown`: follows the deadlines bucket with a KV watch into an
+/// in-memory queue ordered by deadline, and wakes only when the earliest is due, so the cost
+/// follows prompts asked and answered, not replicas times pending prompts. A watch that ends is
+/// opened again (it redelivers every current deadline).
 pub(crate) async fn sweep(
     js: jetstream::Context,
     names: Names,
     buckets: RunBuckets,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(SWEEP_EVERY);
-    loop {
+    while !shutdown.is_cancelled() {
+        match buckets
+            .prompt_deadlines
+            .watch_all::<Option<DateTime<Utc>>>()
+            .await
+        {
+            Ok(changes) => follow(&js, &names, &buckets, changes, &shutdown).await,
+            Err(err) => tracing::warn!(error = format!("{err:#}"), "cannot watch prompt deadlines"),
+        }
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                if let Err(err) = sweep_once(&js, &names, &buckets).await {
-                    tracing::warn!(error = format!("{err:#}"), "prompt deadline sweep failed");
+            () = tokio::time::sleep(RETRY) => {}
+        }
+    }
+}
+
+/// The pending deadlines, earliest first.
+#[derive(Debug, Default)]
+struct Queue {
+    by_time: std::collections::BTreeSet<(DateTime<Utc>, String)>,
+    by_key: std::collections::HashMap<String, DateTime<Utc>>,
+}
+
+impl Queue {
+    fn set(&mut self, key: String, deadline: Option<DateTime<Utc>>) {
+        if let Some(old) = self.by_key.remove(&key) {
+            self.by_time.remove(&(old, key.clone()));
+        }
+        if let Some(at) = deadline {
+            self.by_time.insert((at, key.clone()));
+            self.by_key.insert(key, at);
+        }
+    }
+
+    fn earliest(&self) -> Option<(DateTime<Utc>, String)> {
+        self.by_time.first().cloned()
+    }
+}
+
+async fn follow(
+    js: &jetstream::Context,
+    names: &Names,
+    buckets: &RunBuckets,
+    changes: impl futures::Stream<Item = (String, Option<Option<DateTime<Utc>>>)>,
+    shutdown: &CancellationToken,
+) {
+    use futures::StreamExt as _;
+    let mut changes = std::pin::pin!(changes);
+    let mut queue = Queue::default();
+    loop {
+        let due = queue.earliest();
+        let wait = due.as_ref().map_or(Duration::from_secs(3600), |(at, _)| {
+            (*at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
+        });
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            change = changes.next() => match change {
+                Some((key, deadline)) => queue.set(key, deadline.flatten()),
+                None => return, // the watch ended: the caller opens it again
+            },
+            () = tokio::time::sleep(wait), if due.is_some() => {
+                let Some((_, key)) = due else { continue };
+                queue.set(key.clone(), None);
+                if let Err(err) = expire(js, names, buckets, &key).await {
+                    tracing::warn!(error = format!("{err:#}"), "prompt deadline not enforced yet");
+                    queue.set(key, Some(Utc::now() + RETRY));
                 }
             }
         }
     }
 }
 
-async fn sweep_once(
+/// Closes the prompt under `key` as timed out (unless it was answered first) and starts its
+/// continuation run; removes the deadline. Every replica may try: the compare-and-set on the
+/// prompt and the continuation's one-subject publish make it happen once.
+async fn expire(
     js: &jetstream::Context,
     names: &Names,
     buckets: &RunBuckets,
+    key: &str,
 ) -> anyhow::Result<()> {
-    let now = Utc::now();
-    for key in buckets.prompt_deadlines.keys().await? {
-        let deadline = buckets
-            .prompt_deadlines
-            .get::<Option<DateTime<Utc>>>(&key)
-            .await?
-            .and_then(|(deadline, _)| deadline);
-        if deadline.is_none_or(|at| at > now) {
-            continue;
+    let Some((record, revision)) = buckets.prompts.get::<PromptRecord>(key).await? else {
+        buckets.prompt_deadlines.delete(key).await?;
+        return Ok(());
+    };
+    let record = match record.status {
+        PromptStatus::Pending => {
+            let closed = PromptRecord {
+                status: PromptStatus::TimedOut,
+                continuation_run_id: Some(format!("{}-timeout", record.prompt_id)),
+                ..record
+            };
+            if buckets
+                .prompts
+                .update(key, &closed, revision)
+                .await?
+                .is_none()
+            {
+                return Ok(()); // answered meanwhile
+            }
+            closed
         }
-        let Some((record, revision)) = buckets.prompts.get::<PromptRecord>(&key).await? else {
-            buckets.prompt_deadlines.delete(&key).await?;
-            continue;
-        };
-        let record = match record.status {
-            PromptStatus::Pending => {
-                let closed = PromptRecord {
-                    status: PromptStatus::TimedOut,
-                    continuation_run_id: Some(format!("{}-timeout", record.prompt_id)),
-                    ..record
-                };
-                if buckets
-                    .prompts
-                    .update(&key, &closed, revision)
-                    .await?
-                    .is_none()
-                {
-                    continue; // answered (or swept) meanwhile: look again next time
-                }
-                closed
-            }
-            // Closed by a sweep that stopped before starting the continuation: start it now.
-            PromptStatus::TimedOut => record,
-            PromptStatus::Answered | PromptStatus::Cancelled => {
-                buckets.prompt_deadlines.delete(&key).await?;
-                continue;
-            }
-        };
-        start_continuation(js, names, &record).await?;
-        buckets.prompt_deadlines.delete(&key).await?;
-        tracing::info!(prompt.id = %record.prompt_id, "prompt timed out; the agent is told");
-    }
+        // Closed by a sweep that stopped before starting the continuation: start it now.
+        PromptStatus::TimedOut => record,
+        PromptStatus::Answered | PromptStatus::Cancelled => {
+            buckets.prompt_deadlines.delete(key).await?;
+            return Ok(());
+        }
+    };
+    start_continuation(js, names, &record).await?;
+    buckets.prompt_deadlines.delete(key).await?;
+    tracing::info!(prompt.id = %record.prompt_id, "prompt timed out; the agent is told");
     Ok(())
 }
 
