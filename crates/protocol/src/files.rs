@@ -26,25 +26,14 @@ pub struct FileRef {
 }
 
 /// Why a URL is not a file reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FileRefError {
     /// Not a URL of a supported form.
+    #[error("url must be an s3:// content_url or a signed URL issued by the attachments service")]
     Unsupported,
     /// Longer than [`MAX_FILE_URL_LEN`].
+    #[error("url must be at most {MAX_FILE_URL_LEN} characters")]
     TooLong,
-}
-
-impl std::error::Error for FileRefError {}
-
-impl std::fmt::Display for FileRefError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FileRefError::Unsupported => f.write_str(
-                "url must be an s3:// content_url or a signed URL issued by the attachments service",
-            ),
-            FileRefError::TooLong => write!(f, "url must be at most {MAX_FILE_URL_LEN} characters"),
-        }
-    }
 }
 
 /// Parses `s3://bucket/key`, a Supabase signed URL or a path-style S3 URL into a [`FileRef`].

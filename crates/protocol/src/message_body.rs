@@ -113,14 +113,16 @@ impl PartError {
 }
 
 /// Why a message body was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MessageBodyError {
     /// More than [`MAX_PARTS`] parts.
+    #[error("parts has {count} entries; at most {MAX_PARTS} are allowed")]
     TooManyParts {
         /// How many parts there were.
         count: usize,
     },
     /// Part `index` breaks a rule.
+    #[error("parts[{index}]{}{error}", if error.field().is_some() { "." } else { ": " })]
     Part {
         /// Index of the part in `parts`.
         index: usize,
@@ -128,6 +130,7 @@ pub enum MessageBodyError {
         error: PartError,
     },
     /// Part `index` repeats the name of an earlier part.
+    #[error("parts[{index}].name {name:?} is not unique")]
     DuplicateName {
         /// Index of the second part with the name.
         index: usize,
@@ -135,28 +138,6 @@ pub enum MessageBodyError {
         name: String,
     },
 }
-
-impl fmt::Display for MessageBodyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MessageBodyError::TooManyParts { count } => {
-                write!(
-                    f,
-                    "parts has {count} entries; at most {MAX_PARTS} are allowed"
-                )
-            }
-            MessageBodyError::Part { index, error } if error.field().is_some() => {
-                write!(f, "parts[{index}].{error}")
-            }
-            MessageBodyError::Part { index, error } => write!(f, "parts[{index}]: {error}"),
-            MessageBodyError::DuplicateName { index, name } => {
-                write!(f, "parts[{index}].name {name:?} is not unique")
-            }
-        }
-    }
-}
-
-impl std::error::Error for MessageBodyError {}
 
 /// Checks a part name: a POSIX absolute path of `A-Z a-z 0-9 . - _ /`, without `//`, not
 /// ending in `/`, at most [`MAX_NAME_BYTES`] long.

@@ -34,20 +34,9 @@ pub struct Names {
 }
 
 /// A prefix that cannot be used in NATS subjects and stream names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NATS prefix {0:?} must be 1-32 characters of A-Z, a-z, 0-9, '_' or '-'")]
 pub struct InvalidPrefix(pub String);
-
-impl std::fmt::Display for InvalidPrefix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "NATS prefix {:?} must be 1-32 characters of A-Z, a-z, 0-9, '_' or '-'",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for InvalidPrefix {}
 
 impl Names {
     /// Names under `prefix`, which must be a single safe subject token.

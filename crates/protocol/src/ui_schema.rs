@@ -138,16 +138,9 @@ pub enum UiTheme {
 }
 
 /// Why hints were refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct UiHintsError(pub String);
-
-impl std::fmt::Display for UiHintsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UiHintsError {}
 
 fn bounded(what: &str, text: &str, max: usize) -> Result<(), UiHintsError> {
     if text.chars().count() > max {
