@@ -1,6 +1,7 @@
 //! The history service: JetStream consumers persist every message of every run into
 //! PostgreSQL (history's own schema), and `GET /api/v1/agent/history` serves day snapshots.
 
+mod changes;
 mod ingest;
 mod progress;
 mod routes;

@@ -1,0 +1,522 @@
+//! The writes: the user messages of accepted runs, and the changes of run events.
+
+use chrono::{DateTime, Utc};
+use protocol::messaging::{RunEventV1, RunTaskV1};
+use protocol::run_input::Message;
+use serde_json::{Value, json};
+use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use super::Outcome;
+use crate::changes::{Change, changes};
+
+/// Persists the user message of an accepted run, once.
+pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx::Result<Outcome> {
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query_scalar::<_, Uuid>(
+        "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (task_id) DO NOTHING
+         RETURNING task_id",
+    )
+    .bind(task.task_id)
+    .bind(&task.owner)
+    .bind(&task.input.thread_id)
+    .bind(&task.input.run_id)
+    .bind(task.accepted_at)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if inserted.is_none() {
+        return Ok(Outcome::Duplicate);
+    }
+    if task.conversation {
+        record_conversation(&mut tx, task).await?;
+        tx.commit().await?;
+        return Ok(Outcome::Written);
+    }
+    let Some(Message::User(user)) = task.input.messages.first() else {
+        // Validation guarantees a first user message; a task without one has nothing to keep.
+        tx.commit().await?;
+        return Ok(Outcome::Written);
+    };
+    insert_message(
+        &mut tx,
+        NewMessage {
+            owner: &task.owner,
+            thread_id: &task.input.thread_id,
+            task_id: task.task_id,
+            message_id: &user.id,
+            role: "user",
+            content: &user.content.text(),
+            metadata: input_metadata(task, &user.id, true),
+            created_at: task.accepted_at,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Outcome::Written)
+}
+
+/// Metadata of a message that came in with the run; the new user message carries its files.
+fn input_metadata(task: &RunTaskV1, message_id: &str, new_turn: bool) -> Value {
+    let mut metadata = json!({
+        "run_id": task.input.run_id,
+        "message_id": message_id,
+        "stage": "input",
+    });
+    // The seed's `user_message_attachments` is one object (bucket, path, MIME type): the first
+    // file. A message may carry up to three, so all of them, with name and size for the
+    // file-attachments history shape, are kept in `user_message_attachment_list`.
+    if new_turn && let Some(first) = task.attachments.first() {
+        metadata["user_message_attachments"] = json!(first.location());
+        metadata["user_message_attachment_list"] = json!(task.attachments);
+    }
+    metadata
+}
+
+/// A conversation resent whole by its client: keeps, in order, the user, assistant and tool
+/// messages the thread does not hold yet (recognised by id), so a resent turn is never stored
+/// twice.
+async fn record_conversation(
+    tx: &mut Transaction<'_, Postgres>,
+    task: &RunTaskV1,
+) -> sqlx::Result<()> {
+    lock_thread(tx, &task.owner, &task.input.thread_id, task.accepted_at).await?;
+    let messages = &task.input.messages;
+    let new_turn = messages.iter().rposition(|m| matches!(m, Message::User(_)));
+    let mut seen = std::collections::HashSet::new();
+    for (at, message) in messages.iter().enumerate() {
+        let id = message.id();
+        if !seen.insert(id) {
+            continue; // the same id twice in one request: the first one counts
+        }
+        let mut metadata = input_metadata(task, id, Some(at) == new_turn);
+        let (role, content) = match message {
+            Message::User(user) => ("user", user.content.text()),
+            Message::Assistant(assistant) => {
+                if let Some(calls) = &assistant.tool_calls {
+                    let calls: Vec<Value> = calls
+                        .iter()
+                        .map(|c| json!({"id": c.id, "name": c.function.name, "arguments": c.function.arguments}))
+                        .collect();
+                    metadata["tool_calls"] = Value::Array(calls);
+                }
+                ("assistant", assistant.content.clone().unwrap_or_default())
+            }
+            Message::Tool(tool) => {
+                metadata["tool_call_id"] = Value::String(tool.tool_call_id.clone());
+                metadata["stage"] = Value::String("tool_execution".to_owned());
+                ("tool", tool.content.clone())
+            }
+            _ => continue, // system, developer, reasoning, activity: not conversation
+        };
+        let known: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3)",
+        )
+        .bind(&task.owner)
+        .bind(&task.input.thread_id)
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+        if known {
+            continue;
+        }
+        insert_message(
+            tx,
+            NewMessage {
+                owner: &task.owner,
+                thread_id: &task.input.thread_id,
+                task_id: task.task_id,
+                message_id: id,
+                role,
+                content: &content,
+                metadata,
+                created_at: task.accepted_at,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Applies one run event, exactly once and in per-run order: the event's [`Change`]s (a pure
+/// function of it) and the run's progress, in one transaction.
+pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Result<Outcome> {
+    let mut tx = pool.begin().await?;
+    let progress = sqlx::query_as::<_, (i64, String, DateTime<Utc>)>(
+        "SELECT last_event_seq, owner, accepted_at FROM run_progress WHERE task_id = $1 FOR UPDATE",
+    )
+    .bind(event.task_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((last_seq, owner, accepted_at)) = progress else {
+        return Ok(Outcome::NotYet);
+    };
+    if owner != event.owner {
+        tracing::error!(task.id = %event.task_id, "event owner differs from the run's owner; ignored");
+        return Ok(Outcome::Duplicate);
+    }
+    let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
+    if seq <= last_seq {
+        return Ok(Outcome::Duplicate);
+    }
+    if seq > last_seq + 1 {
+        return Ok(Outcome::NotYet);
+    }
+    for change in changes(event, accepted_at) {
+        apply(&mut tx, event, change).await?;
+    }
+    sqlx::query("UPDATE run_progress SET last_event_seq = $2 WHERE task_id = $1")
+        .bind(event.task_id)
+        .bind(seq)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Outcome::Written)
+}
+
+/// One change, by the store function that makes it.
+async fn apply(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &RunEventV1,
+    change: Change,
+) -> sqlx::Result<()> {
+    let task_id = event.task_id;
+    match change {
+        Change::Status(status) => set_status(tx, task_id, status).await,
+        Change::EnsureAssistant {
+            message_id,
+            metadata,
+        } => ensure_message(tx, event, &message_id, "assistant", metadata).await,
+        Change::AppendText { message_id, delta } => {
+            append_text(tx, task_id, &message_id, &delta).await
+        }
+        Change::Latency {
+            message_id,
+            latency_ms,
+        } => set_latency(tx, task_id, &message_id, latency_ms).await,
+        Change::ToolCallStarted {
+            tool_call_id,
+            message_id,
+            name,
+        } => {
+            let seq = i64::try_from(event.seq).unwrap_or(i64::MAX);
+            start_tool_call(tx, task_id, &tool_call_id, &message_id, &name, seq).await?;
+            refresh_tool_calls(tx, task_id, &tool_call_id).await
+        }
+        Change::ToolCallArgs {
+            tool_call_id,
+            delta,
+        } => append_tool_args(tx, task_id, &tool_call_id, &delta).await,
+        Change::ToolCallEnded {
+            tool_call_id,
+            latency_ms,
+        } => {
+            refresh_tool_calls(tx, task_id, &tool_call_id).await?;
+            set_tool_message_latency(tx, task_id, &tool_call_id, latency_ms).await
+        }
+        Change::ToolResult {
+            message_id,
+            tool_call_id,
+            content,
+            mut metadata,
+        } => {
+            if let Some(tool_name) = tool_name(tx, task_id, &tool_call_id).await? {
+                metadata["tool_name"] = Value::String(tool_name);
+            }
+            insert_message(
+                tx,
+                NewMessage {
+                    owner: &event.owner,
+                    thread_id: &event.thread_id,
+                    task_id,
+                    message_id: &message_id,
+                    role: "tool",
+                    content: &content,
+                    metadata,
+                    created_at: event.emitted_at,
+                },
+            )
+            .await
+        }
+        Change::MergeMetadata { message_id, fields } => {
+            merge_metadata(tx, task_id, &message_id, fields).await
+        }
+        Change::Ignored(why) => {
+            tracing::warn!(task.id = %task_id, reason = %why, "event ignored");
+            Ok(())
+        }
+    }
+}
+
+async fn append_text(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    message_id: &str,
+    delta: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages SET content = content || $3 WHERE task_id = $1 AND message_id = $2",
+    )
+    .bind(task_id)
+    .bind(message_id)
+    .bind(delta)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn set_latency(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    message_id: &str,
+    latency_ms: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
+         WHERE task_id = $1 AND message_id = $2",
+    )
+    .bind(task_id)
+    .bind(message_id)
+    .bind(latency_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn start_tool_call(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    tool_call_id: &str,
+    message_id: &str,
+    name: &str,
+    seq: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO tool_calls (task_id, tool_call_id, message_id, name, started_seq)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id, tool_call_id) DO NOTHING",
+    )
+    .bind(task_id)
+    .bind(tool_call_id)
+    .bind(message_id)
+    .bind(name)
+    .bind(seq)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn append_tool_args(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    tool_call_id: &str,
+    delta: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE tool_calls SET arguments = arguments || $3 WHERE task_id = $1 AND tool_call_id = $2",
+    )
+    .bind(task_id)
+    .bind(tool_call_id)
+    .bind(delta)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// A message made only of tool calls ends with its last call; a text message keeps the latency
+/// its `TEXT_MESSAGE_END` set.
+async fn set_tool_message_latency(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    tool_call_id: &str,
+    latency_ms: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
+         WHERE task_id = $1 AND NOT metadata ? 'latency_ms'
+           AND message_id = (SELECT message_id FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2)",
+    )
+    .bind(task_id)
+    .bind(tool_call_id)
+    .bind(latency_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn tool_name(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    tool_call_id: &str,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT name FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2")
+        .bind(task_id)
+        .bind(tool_call_id)
+        .fetch_optional(&mut **tx)
+        .await
+}
+
+async fn set_status(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    status: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE run_progress SET status = $2 WHERE task_id = $1")
+        .bind(task_id)
+        .bind(status)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+struct NewMessage<'a> {
+    owner: &'a str,
+    thread_id: &'a str,
+    task_id: Uuid,
+    message_id: &'a str,
+    role: &'a str,
+    content: &'a str,
+    metadata: Value,
+    created_at: DateTime<Utc>,
+}
+
+/// Inserts the run's message `message_id` unless the thread holds it (a tool call may have created it
+/// before its text starts, or the other way round).
+async fn ensure_message(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &RunEventV1,
+    message_id: &str,
+    role: &str,
+    metadata: Value,
+) -> sqlx::Result<()> {
+    // By thread, not by run: a conversation resent by its client may have stored this very
+    // message (by id) before this run's events arrived. Under the thread's lock, so the two
+    // consumers never both decide to insert it.
+    lock_thread(tx, &event.owner, &event.thread_id, event.emitted_at).await?;
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3)",
+    )
+    .bind(&event.owner)
+    .bind(&event.thread_id)
+    .bind(message_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    if exists {
+        return Ok(());
+    }
+    insert_message(
+        tx,
+        NewMessage {
+            owner: &event.owner,
+            thread_id: &event.thread_id,
+            task_id: event.task_id,
+            message_id,
+            role,
+            content: "",
+            metadata,
+            created_at: event.emitted_at,
+        },
+    )
+    .await
+}
+
+/// Locks the thread's row (creating it if needed) until the transaction ends: whoever checks
+/// whether the thread holds a message id and then inserts it does so alone.
+async fn lock_thread(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &str,
+    thread_id: &str,
+    at: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
+         VALUES ($1, $2, 0, $3, $3) ON CONFLICT (owner, thread_id) DO NOTHING",
+    )
+    .bind(owner)
+    .bind(thread_id)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("SELECT 1 FROM threads WHERE owner = $1 AND thread_id = $2 FOR UPDATE")
+        .bind(owner)
+        .bind(thread_id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Adds `fields` to the metadata of the run's message `message_id` (if it exists).
+async fn merge_metadata(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    message_id: &str,
+    fields: Value,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages SET metadata = metadata || $3 WHERE task_id = $1 AND message_id = $2",
+    )
+    .bind(task_id)
+    .bind(message_id)
+    .bind(fields)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Rebuilds `metadata.tool_calls` (`[{id, name, arguments}]`, in call order) of the message
+/// the tool call `tool_call_id` belongs to.
+async fn refresh_tool_calls(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    tool_call_id: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE messages m
+            SET metadata = m.metadata || jsonb_build_object('tool_calls', (
+                SELECT jsonb_agg(jsonb_build_object('id', c.tool_call_id, 'name', c.name, 'arguments', c.arguments)
+                                 ORDER BY c.started_seq)
+                  FROM tool_calls c WHERE c.task_id = m.task_id AND c.message_id = m.message_id))
+          FROM tool_calls t
+         WHERE t.task_id = $1 AND t.tool_call_id = $2
+           AND m.task_id = t.task_id AND m.message_id = t.message_id",
+    )
+    .bind(task_id)
+    .bind(tool_call_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Inserts a message at the thread's next `seq` (allocated under the thread row's lock).
+async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -> sqlx::Result<()> {
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
+         VALUES ($1, $2, 1, $3, $3)
+         ON CONFLICT (owner, thread_id) DO UPDATE
+           SET last_seq = threads.last_seq + 1,
+               updated_at = GREATEST(threads.updated_at, EXCLUDED.updated_at)
+         RETURNING last_seq",
+    )
+    .bind(m.owner)
+    .bind(m.thread_id)
+    .bind(m.created_at)
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO messages (id, owner, thread_id, seq, task_id, message_id, role, content, metadata, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(m.owner)
+    .bind(m.thread_id)
+    .bind(seq)
+    .bind(m.task_id)
+    .bind(m.message_id)
+    .bind(m.role)
+    .bind(m.content)
+    .bind(m.metadata)
+    .bind(m.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
