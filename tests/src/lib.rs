@@ -51,6 +51,10 @@ pub struct Options {
     pub max_streams_per_owner: u32,
     /// Per-owner upload rate and storage quotas of the attachments service.
     pub quota: attachments::quota::QuotaConfig,
+    /// Runs at once per worker replica.
+    pub worker_concurrency: usize,
+    /// Runs of one owner at once per worker replica.
+    pub max_runs_per_owner: usize,
 }
 
 impl Default for Options {
@@ -70,6 +74,8 @@ impl Default for Options {
                 max_pending: 1_000,
                 ..attachments::quota::QuotaConfig::default()
             },
+            worker_concurrency: 4,
+            max_runs_per_owner: 4,
         }
     }
 }
@@ -91,6 +97,8 @@ pub struct TestPlatform {
     /// HTTP client.
     pub http: reqwest::Client,
     shutdown: CancellationToken,
+    /// The worker's settings, for more replicas of it.
+    worker_config: worker::Config,
 }
 
 impl Drop for TestPlatform {
@@ -143,6 +151,7 @@ impl TestPlatform {
             nats: nats.clone(),
             supabase_jwt_secret: Some(secrecy::SecretString::from(SUPABASE_SECRET)),
             public_endpoint: None,
+            public_url: None,
             upload_ttl: options.upload_ttl,
             download_ttl: Duration::from_secs(300),
             sweep_every: Duration::from_secs(1),
@@ -167,15 +176,18 @@ impl TestPlatform {
             database_url: history_db.clone(),
         })
         .await?;
-        let worker = worker::Application::build(worker::Config {
+        let worker_config = worker::Config {
             addr: any_port(),
             nats: nats.clone(),
-            concurrency: 4,
+            concurrency: options.worker_concurrency,
+            max_runs_per_owner: options.max_runs_per_owner,
+            fleet_max_in_flight: 4096,
             ack_wait: Duration::from_secs(30),
             openai: options.openai.clone(),
             s3: Some(s3.clone()),
-        })
-        .await?;
+            extraction: worker::attachments::ExtractionConfig::default(),
+        };
+        let worker = worker::Application::build(worker_config.clone()).await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");
         let urls = Urls {
             attachments: url(attachments.port()),
@@ -196,6 +208,7 @@ impl TestPlatform {
             infra,
             http: reqwest::Client::new(),
             shutdown,
+            worker_config,
         })
     }
 }
@@ -218,6 +231,18 @@ impl TestPlatform {
         let stop = self.shutdown.child_token();
         tokio::spawn(runs.run(stop.clone()));
         Ok((url, stop))
+    }
+
+    /// Starts another worker replica on the same NATS, with the same settings.
+    pub async fn spawn_worker_replica(&self) -> anyhow::Result<CancellationToken> {
+        let worker = worker::Application::build(worker::Config {
+            addr: any_port(),
+            ..self.worker_config.clone()
+        })
+        .await?;
+        let stop = self.shutdown.child_token();
+        tokio::spawn(worker.run(stop.clone()));
+        Ok(stop)
     }
 
     /// Records a file in the attachments service's table, as an upload would (fixture).
@@ -777,4 +802,21 @@ impl Drop for ProcessPlatform {
             test_support::remove_nats_prefix_blocking(self.infra.nats_url.clone(), names);
         }
     }
+}
+
+/// The parts of an attachments download link `{attachments}/v2/files/content/{fileId}?expires=
+/// <unix secs>&signature=<64 hex>`: the file id and the expiry, or `None` for any other URL.
+pub fn download_link(attachments: &str, url: &str) -> Option<(uuid::Uuid, i64)> {
+    let rest = url
+        .strip_prefix(attachments)?
+        .strip_prefix("/v2/files/content/")?;
+    let (id, query) = rest.split_once('?')?;
+    let (expires, signature) = query.strip_prefix("expires=")?.split_once("&signature=")?;
+    let hex_signature = signature.len() == 64
+        && signature
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    hex_signature
+        .then(|| Some((uuid::Uuid::parse_str(id).ok()?, expires.parse().ok()?)))
+        .flatten()
 }

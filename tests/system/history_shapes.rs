@@ -155,11 +155,8 @@ async fn a_users_files_come_back_as_freshly_signed_binary_blocks_until_deleted()
     assert_eq!(binary["mimeType"], "image/jpeg");
     let url = binary["url"].as_str().unwrap();
     assert!(
-        url.starts_with(&format!(
-            "{}/{bucket}/{key}?",
-            platform.s3.endpoint.as_deref().unwrap_or_default()
-        )) && url.contains("X-Amz-Signature="),
-        "a presigned GET of the stored object: {url}"
+        switchboard_system_tests::download_link(&platform.urls.attachments, url).is_some(),
+        "a download link of the attachments service: {url}"
     );
     assert_eq!(user["metadata"]["user_message_attachments"]["path"], key);
     let assistant = &blocks["messages"][1];

@@ -1,7 +1,8 @@
 //! Security: another owner gets nothing of alice's through any endpoint, transport or NATS
-//! request, and changes nothing of hers (the cross-tenant matrix); the S3 server itself refuses
-//! signed download URLs and upload forms that were forged, re-pointed, extended or used after
-//! their expiry; every service refuses every kind of bad bearer token.
+//! request, and changes nothing of hers (the cross-tenant matrix); the attachments service
+//! refuses download links, and the S3 server itself presigned GETs and upload forms, that were
+//! forged, re-pointed, extended or used after their expiry; every service refuses every kind of
+//! bad bearer token.
 //!
 //! Each matrix test lets alice create one of everything, records her state, lets bob use every
 //! endpoint with her ids, and checks three things per cell: the status and error code bob gets,
@@ -387,10 +388,10 @@ async fn alice_creates_one_of_everything(platform: &TestPlatform) -> Alice {
     }
 }
 
-/// A signed URL without its signature and date, which change on every read.
+/// A signed URL without its signature and expiry, which change on every read.
 fn unsigned(value: Value) -> Value {
     match value {
-        Value::String(s) if s.contains("X-Amz-Signature") => {
+        Value::String(s) if s.contains("X-Amz-Signature") || s.contains("/v2/files/content/") => {
             Value::String(s.split('?').next().unwrap_or_default().to_owned())
         }
         Value::Array(items) => Value::Array(items.into_iter().map(unsigned).collect()),
@@ -875,7 +876,7 @@ async fn another_owner_can_neither_read_use_list_deduplicate_nor_delete_alices_f
     let references = [
         ("content_url", alice.image_url.clone()),
         ("note content_url", alice.note_url.clone()),
-        ("presigned URL", alice.signed_url.clone()),
+        ("download link", alice.signed_url.clone()),
         ("Supabase signed URL", supabase.clone()),
     ];
 
@@ -1265,41 +1266,125 @@ async fn fetch(http: &reqwest::Client, url: &str) -> (u16, String, Vec<u8>) {
     (status, code, body)
 }
 
+/// HMAC-SHA256 (RFC 2104) over `sha2`, for presigning by hand below.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.iter().map(|k| k ^ byte).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .to_vec()
+}
+
+/// SigV4's URI encoding: everything but `A-Za-z0-9-._~` (and `/` when `keep_slash`).
+fn aws_encode(raw: &str, keep_slash: bool) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            b'/' if keep_slash => "/".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A SigV4 presigned GET of `key` in the platform's bucket, straight on the S3 server, signed
+/// with the platform's own credentials at `date` for `expires` seconds and pinning the response
+/// Content-Type: what the AWS SDK presigner makes (path style, only `host` signed,
+/// `UNSIGNED-PAYLOAD`), written out because downloads no longer use one.
+fn presign_s3_get(
+    s3: &platform::s3::S3Config,
+    key: &str,
+    date: chrono::DateTime<chrono::Utc>,
+    expires: u64,
+) -> String {
+    use secrecy::ExposeSecret as _;
+    let endpoint = s3.endpoint.as_deref().unwrap().trim_end_matches('/');
+    let host = endpoint.split_once("://").unwrap().1;
+    let (day, amz_date) = (
+        date.format("%Y%m%d").to_string(),
+        date.format("%Y%m%dT%H%M%SZ").to_string(),
+    );
+    let scope = format!("{day}/{}/s3/aws4_request", s3.region);
+    // Sorted by name, byte order: the `X-Amz-*` names sort before `response-*`.
+    let query = format!(
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={}&X-Amz-Date={amz_date}\
+         &X-Amz-Expires={expires}&X-Amz-SignedHeaders=host&response-content-type=text%2Fplain",
+        aws_encode(&format!("{}/{scope}", s3.access_key), false)
+    );
+    let path = format!(
+        "/{}/{}",
+        aws_encode(&s3.bucket, false),
+        aws_encode(key, true)
+    );
+    let canonical = format!("GET\n{path}\n{query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        sha256_hex(canonical.as_bytes())
+    );
+    let secret = format!("AWS4{}", s3.secret_key.expose_secret());
+    let signing_key = [day.as_str(), s3.region.as_str(), "s3", "aws4_request"]
+        .iter()
+        .fold(secret.into_bytes(), |key, part| {
+            hmac_sha256(&key, part.as_bytes())
+        });
+    let signature = hex::encode(hmac_sha256(&signing_key, to_sign.as_bytes()));
+    format!("{endpoint}{path}?{query}&X-Amz-Signature={signature}")
+}
+
+/// Alice's and bob's private notes, uploaded through the service: each object key and
+/// download-url answer.
+async fn alice_and_bob_notes(
+    platform: &TestPlatform,
+    alice: &str,
+    bob: &str,
+) -> [(String, Value); 2] {
+    let upload = |token: String, bytes: &'static [u8]| async move {
+        let (status, answer) = server_upload(
+            &platform.http,
+            &platform.urls.attachments,
+            &token,
+            None,
+            ("private.txt", "text/plain", bytes),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let key = answer["path"].as_str().unwrap().to_owned();
+        let content_url = format!("s3://{}/{key}", answer["bucket"].as_str().unwrap());
+        let (status, download) = download_url(platform, &token, &content_url).await;
+        assert_eq!(status, 200, "{download}");
+        (key, download)
+    };
+    [
+        upload(alice.to_owned(), b"alice's private bytes\n").await,
+        upload(bob.to_owned(), b"bob's private bytes\n").await,
+    ]
+}
+
 #[tokio::test]
 async fn the_s3_server_refuses_a_download_url_that_was_forged_re_pointed_or_extended() {
     let platform = TestPlatform::spawn().await.unwrap();
-    let alice = platform.infra.token("alice");
-    let bob = platform.infra.token("bob");
-    let alice_bytes = b"alice's private bytes\n";
-    let bob_bytes = b"bob's private bytes\n";
-    let upload = |token: String, bytes: &'static [u8]| {
-        let platform = &platform;
-        async move {
-            let (status, answer) = server_upload(
-                &platform.http,
-                &platform.urls.attachments,
-                &token,
-                None,
-                ("private.txt", "text/plain", bytes),
-            )
-            .await;
-            assert_eq!(status, 200, "{answer}");
-            let key = answer["path"].as_str().unwrap().to_owned();
-            let content_url = format!("s3://{}/{key}", answer["bucket"].as_str().unwrap());
-            let (_, download) = download_url(platform, &token, &content_url).await;
-            (key, download["url"].as_str().unwrap().to_owned())
-        }
-    };
-    let (alice_key, alice_url) = upload(alice.clone(), alice_bytes).await;
-    let (bob_key, bob_url) = upload(bob.clone(), bob_bytes).await;
-    assert!(
-        alice_url.starts_with(platform.s3.endpoint.as_deref().unwrap()),
-        "{alice_url}"
-    );
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let [(alice_key, _), (bob_key, _)] = alice_and_bob_notes(&platform, &alice, &bob).await;
+    // Browsers download through the service now; S3 must still refuse anything not signed.
+    let now = chrono::Utc::now();
+    let alice_url = presign_s3_get(&platform.s3, &alice_key, now, 300);
+    let bob_url = presign_s3_get(&platform.s3, &bob_key, now, 300);
     let (status, _, body) = fetch(&platform.http, &alice_url).await;
     assert_eq!(
         (status, body.as_slice()),
-        (200, alice_bytes.as_slice()),
+        (200, b"alice's private bytes\n".as_slice()),
         "the URL as signed works"
     );
 
@@ -1353,6 +1438,11 @@ async fn the_s3_server_refuses_a_download_url_that_was_forged_re_pointed_or_exte
             with_param(&alice_url, "X-Amz-Signature", ""),
             400,
         ),
+        (
+            "no signature at all",
+            alice_url.split('?').next().unwrap().to_owned(),
+            403,
+        ),
     ];
     for (what, url, refused) in cases {
         assert_ne!(url, alice_url, "{what}: the URL was changed");
@@ -1370,8 +1460,112 @@ async fn the_s3_server_refuses_a_download_url_that_was_forged_re_pointed_or_exte
     let (status, _, body) = fetch(&platform.http, &bob_url).await;
     assert_eq!(
         (status, body.as_slice()),
-        (200, bob_bytes.as_slice()),
+        (200, b"bob's private bytes\n".as_slice()),
         "bob's URL still works"
+    );
+}
+
+#[tokio::test]
+async fn a_download_link_that_was_forged_re_pointed_or_extended_is_refused() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let [(_, alice_download), (_, bob_download)] =
+        alice_and_bob_notes(&platform, &alice, &bob).await;
+    let alice_url = alice_download["url"].as_str().unwrap().to_owned();
+    let bob_url = bob_download["url"].as_str().unwrap().to_owned();
+    let link = |url: &str| {
+        switchboard_system_tests::download_link(&platform.urls.attachments, url)
+            .unwrap_or_else(|| panic!("a download link of the service: {url}"))
+    };
+    let ((alice_id, expires), (bob_id, _)) = (link(&alice_url), link(&bob_url));
+    let (status, _, body) = fetch(&platform.http, &alice_url).await;
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, b"alice's private bytes\n".as_slice()),
+        "the link as signed works, without a bearer token"
+    );
+
+    let signature = param(&alice_url, "signature");
+    let flipped = format!(
+        "{}{}",
+        if signature.starts_with('0') { "1" } else { "0" },
+        &signature[1..]
+    );
+    let (alice_id, bob_id) = (alice_id.to_string(), bob_id.to_string());
+    let cases = [
+        (
+            "one character of the signature changed",
+            with_param(&alice_url, "signature", &flipped),
+            "signature",
+        ),
+        (
+            "alice's link re-pointed at bob's file",
+            alice_url.replacen(&alice_id, &bob_id, 1),
+            "signature",
+        ),
+        (
+            "bob's link re-pointed at alice's file",
+            bob_url.replacen(&bob_id, &alice_id, 1),
+            "signature",
+        ),
+        (
+            "expires extended by a week",
+            with_param(&alice_url, "expires", &(expires + 604_800).to_string()),
+            "signature",
+        ),
+        (
+            "expires moved one second",
+            with_param(&alice_url, "expires", &(expires + 1).to_string()),
+            "signature",
+        ),
+        (
+            "the signature emptied",
+            with_param(&alice_url, "signature", ""),
+            "signature",
+        ),
+        (
+            "no query at all",
+            alice_url.split('?').next().unwrap().to_owned(),
+            "signature",
+        ),
+    ];
+    for (what, url, field) in cases {
+        assert_ne!(url, alice_url, "{what}: the link was changed");
+        let response = platform.http.get(&url).send().await.unwrap();
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap();
+        let answer: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert_eq!(
+            (
+                status,
+                answer["error"]["code"].as_str(),
+                answer["error"]["field"].as_str()
+            ),
+            (403, Some("unauthorized"), Some(field)),
+            "{what}: refused: {body}"
+        );
+        assert!(
+            !body.contains("private bytes"),
+            "{what}: no file's bytes in the refusal: {body}"
+        );
+    }
+    // Parameters the link does not sign change nothing about how it is served.
+    let response = platform
+        .http
+        .get(format!("{alice_url}&response-content-type=text%2Fhtml"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/plain",
+        "the verified type, whatever the query asks"
+    );
+    let (status, _, body) = fetch(&platform.http, &bob_url).await;
+    assert_eq!(
+        (status, body.as_slice()),
+        (200, b"bob's private bytes\n".as_slice()),
+        "bob's link still works"
     );
 }
 
@@ -1479,14 +1673,16 @@ async fn a_signed_url_or_upload_form_past_its_expiry_is_refused_by_s3_and_cannot
     // The attachments service alone, with lifetimes of a few seconds.
     let infra = test_support::Infra::from_env();
     let ttl = Duration::from_secs(3);
+    let s3 = infra.fresh_s3();
     let app = attachments::Application::build(attachments::Config {
         addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         auth: infra.auth(),
         database_url: infra.fresh_database().await.unwrap(),
-        s3: infra.fresh_s3(),
+        s3: s3.clone(),
         nats: infra.fresh_nats(),
         supabase_jwt_secret: None,
         public_endpoint: None,
+        public_url: None,
         upload_ttl: ttl,
         download_ttl: ttl,
         sweep_every: Duration::from_secs(1),
@@ -1507,7 +1703,13 @@ async fn a_signed_url_or_upload_form_past_its_expiry_is_refused_by_s3_and_cannot
         server_upload(&http, &base, &alice, None, ("a.txt", "text/plain", bytes)).await;
     assert_eq!(status, 200, "{answer}");
     let url = answer["url"].as_str().unwrap().to_owned();
-    assert_eq!(param(&url, "X-Amz-Expires"), "3", "{url}");
+    let (_, expires) = switchboard_system_tests::download_link(&base, &url)
+        .unwrap_or_else(|| panic!("a download link of the service: {url}"));
+    let left = expires - chrono::Utc::now().timestamp();
+    assert!(
+        (2..=3).contains(&left),
+        "the link lives for the configured 3 s: {url}"
+    );
     let (status, _, body) = fetch(&http, &url).await;
     assert_eq!(
         (status, body.as_slice()),
@@ -1525,32 +1727,56 @@ async fn a_signed_url_or_upload_form_past_its_expiry_is_refused_by_s3_and_cannot
         .await
         .unwrap();
 
-    // The URL stops working at its expiry.
+    // The link stops working at its expiry, and its expiry cannot be moved.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let (status, code) = loop {
-        let (status, code, _) = fetch(&http, &url).await;
+    let (status, body) = loop {
+        let (status, _, body) = fetch(&http, &url).await;
         if status != 200 || tokio::time::Instant::now() > deadline {
-            break (status, code);
+            break (
+                status,
+                serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null),
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(
+        (status, &body["error"]["code"], &body["error"]["field"]),
+        (403, &json!("unauthorized"), &json!("expires")),
+        "an expired link: {body}"
+    );
+    let later = (chrono::Utc::now().timestamp() + 3600).to_string();
+    let (status, _, body) = fetch(&http, &with_param(&url, "expires", &later)).await;
+    assert_eq!(
+        status,
+        403,
+        "an expiry moved later breaks the signature: {}",
+        String::from_utf8_lossy(&body)
+    );
+
+    // S3 refuses a presigned GET past its expiry just the same, and its expiry cannot be moved.
+    let key = answer["path"].as_str().unwrap();
+    let fresh = presign_s3_get(&s3, key, chrono::Utc::now(), 60);
+    assert_eq!(fetch(&http, &fresh).await.0, 200, "a fresh presigned GET");
+    let signed = chrono::Utc::now() - chrono::Duration::minutes(10);
+    let stale = presign_s3_get(&s3, key, signed, 3);
+    let (status, code, _) = fetch(&http, &stale).await;
+    assert_eq!(
         (status, code.as_str()),
         (403, "AccessDenied"),
-        "an expired URL"
+        "an expired presigned GET"
     );
     let now = chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string();
     let credential =
-        param(&url, "X-Amz-Credential").replacen(&param(&url, "X-Amz-Date")[..8], &now[..8], 1);
+        param(&stale, "X-Amz-Credential").replacen(&param(&stale, "X-Amz-Date")[..8], &now[..8], 1);
     for (what, extended) in [
         (
             "X-Amz-Expires raised",
-            with_param(&url, "X-Amz-Expires", "3600"),
+            with_param(&stale, "X-Amz-Expires", "3600"),
         ),
         (
             "X-Amz-Date moved to now",
             with_param(
-                &with_param(&url, "X-Amz-Date", &now),
+                &with_param(&stale, "X-Amz-Date", &now),
                 "X-Amz-Credential",
                 &credential,
             ),

@@ -222,3 +222,62 @@ async fn a_session_lists_its_uploads_and_generated_files_and_nothing_of_others()
         "never signs another owner's file"
     );
 }
+
+/// A 1x1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+#[tokio::test]
+async fn the_url_a_server_upload_answers_is_accepted_in_a_run_and_nobody_elses_is() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG)
+        .unwrap();
+    let form = reqwest::multipart::Form::new().part("file", file_part(png, "dot.png", "image/png"));
+    let (status, answer) = server_upload(&platform, &alice, form).await;
+    assert_eq!(status, 200, "{answer}");
+    let url = answer["url"].as_str().unwrap().to_owned();
+    // The seed's flow: the url of the upload goes into a binary block.
+    let run = |run_id: &str, url: &str| {
+        let mut body =
+            switchboard_system_tests::text_run(&uuid::Uuid::new_v4().to_string(), run_id, "");
+        body["messages"][0]["content"] = json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "binary", "mimeType": "image/png", "url": url}
+        ]);
+        body
+    };
+    let (status, accepted) = platform
+        .api()
+        .post_run(&alice, &run("r1", &url))
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    // The same link with a changed signature, and alice's link in bob's run.
+    let forged = format!("{}0", &url[..url.len() - 1]);
+    let forged = if forged == url {
+        format!("{}1", &url[..url.len() - 1])
+    } else {
+        forged
+    };
+    let (status, refused) = platform
+        .api()
+        .post_run(&alice, &run("r2", &forged))
+        .await
+        .unwrap();
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "url signature is invalid or expired"
+    );
+    let (status, refused) = platform
+        .api()
+        .post_run(&bob, &run("r3", &url))
+        .await
+        .unwrap();
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "url does not point to a file you own"
+    );
+}

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use platform::service::Service as _;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchboard_system_tests::{EVENTUAL, TestPlatform};
+use switchboard_system_tests::{EVENTUAL, TestPlatform, download_link};
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-not-a-real-image-but-a-png-signature";
 
@@ -257,6 +258,7 @@ async fn the_s3_server_refuses_uploads_that_break_the_policy() {
         secret_key: platform.s3.secret_key.clone(),
         region: platform.s3.region.clone(),
         public_endpoint: platform.s3.endpoint.clone().unwrap(),
+        download_base: platform.urls.attachments.clone(),
     };
     let key = fields["key"].as_str().unwrap();
     let upload = attachments::policy::Upload {
@@ -572,7 +574,7 @@ async fn one_owner_is_bounded_in_upload_rate_unfinished_uploads_files_and_bytes(
     .await
     .unwrap();
     let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
-    let file = |n: u8| format!("file {n} of ten bytes")[..10].as_bytes().to_vec();
+    let file = |n: u8| format!("file {n} of ten bytes").as_bytes()[..10].to_vec();
     let ask = |token: &str, n: u8| {
         let body =
             json!({"file_name": format!("{n}.txt"), "file_type": "text/plain", "file_size": 10});
@@ -657,4 +659,229 @@ async fn one_owner_is_bounded_in_upload_rate_unfinished_uploads_files_and_bytes(
         .parse()
         .unwrap();
     assert!(retry >= 1, "{retry}");
+}
+
+/// `POST /api/v1/agent/attachments` on the attachments service at `base` as `token`.
+async fn server_upload(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    (name, mime, bytes): (&str, &str, &[u8]),
+) -> Value {
+    let part = reqwest::multipart::Part::bytes(bytes.to_vec())
+        .file_name(name.to_owned())
+        .mime_str(mime)
+        .unwrap();
+    let response = http
+        .post(format!("{base}/api/v1/agent/attachments"))
+        .bearer_auth(token)
+        .multipart(reqwest::multipart::Form::new().part("file", part))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "{name} is stored");
+    response.json().await.unwrap()
+}
+
+/// GETs `url` without credentials: the status, the headers and the body.
+async fn fetch(http: &reqwest::Client, url: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+    let response = http.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.bytes().await.unwrap().to_vec())
+}
+
+/// The error code and field of a refusal.
+fn refusal(body: &[u8]) -> (Value, Value) {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    (
+        body["error"]["code"].clone(),
+        body["error"]["field"].clone(),
+    )
+}
+
+/// A text of one header, `None` when it is absent.
+fn header<'h>(headers: &'h reqwest::header::HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+#[tokio::test]
+async fn every_download_is_served_with_nosniff_and_only_safe_types_inline() {
+    const SVG: &[u8] =
+        br#"<svg xmlns="http://www.w3.org/2000/svg"><script>alert(document.domain)</script></svg>"#;
+    const TEXT: &[u8] = b"plain words <b>not markup</b>\n";
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    // Name, type, bytes, disposition, sandboxed.
+    let files = [
+        ("dot.png", "image/png", PNG, "inline", false),
+        ("notes.txt", "text/plain", TEXT, "inline", true),
+        ("logo.svg", "image/svg+xml", SVG, "attachment", true),
+    ];
+    let mut links = Vec::new();
+    for (name, mime, bytes, disposition, sandboxed) in files {
+        let stored = server_upload(
+            &platform.http,
+            &platform.urls.attachments,
+            &alice,
+            (name, mime, bytes),
+        )
+        .await;
+        let content_url = format!(
+            "s3://{}/{}",
+            stored["bucket"].as_str().unwrap(),
+            stored["path"].as_str().unwrap()
+        );
+        let (status, download) = download_url(&platform, &alice, &content_url).await;
+        assert_eq!(status, 200, "{download}");
+        let url = download["url"].as_str().unwrap().to_owned();
+        let (_, expires) = download_link(&platform.urls.attachments, &url)
+            .unwrap_or_else(|| panic!("a download link of the service, not of S3: {url}"));
+        let left = expires - chrono::Utc::now().timestamp();
+        assert!((299..=300).contains(&left), "valid for 300 s: {url}");
+
+        let (status, headers, body) = fetch(&platform.http, &url).await;
+        assert_eq!(status, 200, "{name}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(body, bytes, "{name}: exactly the uploaded bytes");
+        assert_eq!(header(&headers, "content-type"), Some(mime), "{name}");
+        assert_eq!(
+            header(&headers, "x-content-type-options"),
+            Some("nosniff"),
+            "{name}"
+        );
+        let length = bytes.len().to_string();
+        assert_eq!(header(&headers, "content-length"), Some(length.as_str()));
+        let shown = header(&headers, "content-disposition").unwrap_or_default();
+        assert!(
+            shown.starts_with(&format!("{disposition}; filename=\"{name}\"")),
+            "{name} is {disposition}: {shown}"
+        );
+        assert_eq!(
+            header(&headers, "content-security-policy"),
+            sandboxed.then_some("sandbox"),
+            "{name}: sandboxed unless a raster image"
+        );
+        let max_age = header(&headers, "cache-control")
+            .and_then(|c| c.strip_prefix("private, max-age="))
+            .and_then(|secs| secs.parse::<i64>().ok());
+        assert!(
+            max_age.is_some_and(|secs| (298..=300).contains(&secs)),
+            "{name}: private, cached at most until the link expires: {headers:?}"
+        );
+
+        let head = platform.http.head(&url).send().await.unwrap();
+        assert_eq!(
+            (
+                head.status().as_u16(),
+                header(head.headers(), "x-content-type-options"),
+                header(head.headers(), "content-length")
+            ),
+            (200, Some("nosniff"), Some(length.as_str())),
+            "{name}: HEAD answers the same headers"
+        );
+        assert!(head.bytes().await.unwrap().is_empty(), "HEAD has no body");
+        links.push((content_url, url));
+    }
+
+    let (png_url, text_url) = (&links[0].1, &links[1].1);
+    let signature = png_url.rsplit_once("signature=").unwrap().1;
+    let flipped = format!(
+        "{}{}",
+        if signature.starts_with('0') { "1" } else { "0" },
+        &signature[1..]
+    );
+    let (png_id, expires) = download_link(&platform.urls.attachments, png_url).unwrap();
+    let (text_id, _) = download_link(&platform.urls.attachments, text_url).unwrap();
+    let cases = [
+        ("a tampered signature", png_url.replace(signature, &flipped)),
+        (
+            "a changed expires",
+            png_url.replace(
+                &format!("expires={expires}"),
+                &format!("expires={}", expires + 60),
+            ),
+        ),
+        (
+            "another file's id with the first file's signature",
+            png_url.replace(&png_id.to_string(), &text_id.to_string()),
+        ),
+        (
+            "no signature",
+            png_url.split("&signature=").next().unwrap().to_owned(),
+        ),
+    ];
+    for (what, url) in cases {
+        assert_ne!(&url, png_url, "{what}: the link was changed");
+        let (status, headers, body) = fetch(&platform.http, &url).await;
+        assert_eq!(
+            (status, refusal(&body)),
+            (403, (json!("unauthorized"), json!("signature"))),
+            "{what}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(header(&headers, "content-type"), Some("application/json"));
+    }
+
+    // A deleted file's link, still signed and unexpired, finds nothing.
+    platform
+        .http
+        .delete(format!("{}/v2/files/delete", platform.urls.attachments))
+        .bearer_auth(&alice)
+        .query(&[("content_url", links[1].0.as_str())])
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = fetch(&platform.http, text_url).await;
+    assert_eq!(
+        (status, refusal(&body).0),
+        (404, json!("not_found")),
+        "a deleted file"
+    );
+
+    // An expired link: the attachments service alone, with links that live one second.
+    let infra = test_support::Infra::from_env();
+    let app = attachments::Application::build(attachments::Config {
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        auth: infra.auth(),
+        database_url: infra.fresh_database().await.unwrap(),
+        s3: infra.fresh_s3(),
+        nats: infra.fresh_nats(),
+        supabase_jwt_secret: None,
+        public_endpoint: None,
+        public_url: None,
+        upload_ttl: Duration::from_secs(60),
+        download_ttl: Duration::from_secs(1),
+        sweep_every: Duration::from_secs(1),
+        cors_allowed_origins: Vec::new(),
+        quota: attachments::quota::QuotaConfig::default(),
+    })
+    .await
+    .unwrap();
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop_on_drop = stop.clone().drop_guard();
+    tokio::spawn(app.run(stop));
+    let stored = server_upload(
+        &platform.http,
+        &base,
+        &infra.token("alice"),
+        ("dot.png", "image/png", PNG),
+    )
+    .await;
+    let url = stored["url"].as_str().unwrap();
+    assert!(download_link(&base, url).is_some(), "{url}");
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    let (status, body) = loop {
+        let (status, _, body) = fetch(&platform.http, url).await;
+        if status != 200 || tokio::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (status, refusal(&body)),
+        (403, (json!("unauthorized"), json!("expires"))),
+        "an expired link: {}",
+        String::from_utf8_lossy(&body)
+    );
 }

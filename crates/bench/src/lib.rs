@@ -8,6 +8,9 @@
 //!   same JetStream stream, K in flight, awaiting every ack: the ceiling of JetStream.
 //! - `s3-put`: one `PutObject` of a file, streamed from disk, to the S3 server the attachments
 //!   service uses, with the same credentials: the ceiling of a server-side upload.
+//! - `extract-peak`: peak memory of attachment extraction on the hostile files of
+//!   `extract::bombs`, in process or through the worker's helper processes
+//!   (`scripts/bench-extract.sh`, `BENCHMARKS.md` section 6).
 
 use std::collections::HashMap;
 

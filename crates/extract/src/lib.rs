@@ -3,13 +3,24 @@
 //! converted to PNG) become a base64 vision block; everything else is reported as
 //! unsupported with a reason the agent can be told.
 //!
-//! Everything is bounded: the input size, the characters of text kept, the bytes of
-//! an image, the bytes decompressed from an Office archive, and the time spent
-//! (a deadline is checked inside every page/row/slide/XML loop; when it passes, the
-//! text read so far is returned with `truncated = true`).
+//! Everything is bounded: the input size, the characters of text kept (a text file is
+//! decoded only up to them), the bytes of an image, the pixels an image declares (a BMP
+//! is refused before decoding when it would not fit [`Limits::max_decoded_image_bytes`]),
+//! the bytes decompressed from an Office archive (counted as they are inflated, whatever
+//! the zip headers declare), and the time spent (a deadline is checked inside every
+//! page/row/slide/XML loop; when it passes, the text read so far is returned with
+//! `truncated = true`).
 //!
-//! [`extract`] is synchronous and CPU-bound: run it on a blocking thread.
+//! What this crate cannot bound from inside is a third-party parser that neither stops
+//! nor lets go of memory: lopdf loads a whole PDF and expands object streams, arrays and
+//! content streams into objects (a 49 KB PDF can ask for 3 GB). So the worker never
+//! calls [`extract`] itself: it runs the `switchboard-extract` helper ([`isolate`]), a
+//! process per file under an address-space limit, killed at its deadline.
+//!
+//! [`extract`] is synchronous and CPU-bound.
 
+pub mod bombs;
+pub mod isolate;
 mod ooxml;
 mod pdf;
 mod sink;
@@ -29,6 +40,12 @@ pub struct Limits {
     pub max_text_chars: usize,
     /// Largest image sent as a vision block, after any conversion (default 20 MiB).
     pub max_image_bytes: usize,
+    /// Most pixels an image may declare in its header (default 8192 x 8192); PNG, GIF and
+    /// BMP headers are read, JPEG and WebP are passed on unread.
+    pub max_image_pixels: u64,
+    /// Most memory one decoded image may take (BMP, converted to PNG), as width x
+    /// height x 4 bytes from its header, checked before decoding (default 64 MiB).
+    pub max_decoded_image_bytes: u64,
     /// Bytes decompressed from an Office (zip) file in total, and from each stream or
     /// page of a PDF; reading stops there (default 50 MiB).
     pub max_decompressed_bytes: usize,
@@ -44,6 +61,8 @@ impl Default for Limits {
             max_input_bytes: 100 * 1024 * 1024,
             max_text_chars: 100_000,
             max_image_bytes: 20 * 1024 * 1024,
+            max_image_pixels: 8192 * 8192,
+            max_decoded_image_bytes: 64 * 1024 * 1024,
             max_decompressed_bytes: 50 * 1024 * 1024,
             max_zip_entries: 10_000,
             timeout: Duration::from_secs(10),
@@ -102,6 +121,14 @@ pub enum ExtractError {
     /// The time limit passed before any text was extracted.
     #[error("extraction timed out after {0:?} before any text was read")]
     TimedOut(Duration),
+    /// An image whose header declares more pixels than may be sent, or decoded.
+    #[error("the image declares {width}x{height} pixels, {why}")]
+    ImageTooLarge {
+        width: u32,
+        height: u32,
+        /// Which limit it breaks, e.g. `over the 67-megapixel limit`.
+        why: String,
+    },
 }
 
 impl ExtractError {
@@ -204,7 +231,7 @@ pub fn extract(
         Kind::Pptx => guarded("PPTX", || ooxml::pptx(bytes, limits)),
         Kind::Text => {
             let mut sink = Sink::new(limits);
-            sink.push(&decode_text(bytes));
+            sink.push(&decode_text(bytes, limits.max_text_chars));
             sink.finish()
         }
         Kind::Image(mime) => vision::passthrough(mime, bytes, limits),
@@ -238,9 +265,16 @@ fn guarded(
     })
 }
 
-/// Text file bytes as a string: UTF-16 when it has a UTF-16 byte order mark, otherwise
-/// UTF-8 (invalid sequences replaced), with any byte order mark removed.
-fn decode_text(bytes: &[u8]) -> String {
+/// The start of a text file as a string: UTF-16 when it has a UTF-16 byte order mark,
+/// otherwise UTF-8 (invalid sequences replaced), with any byte order mark removed.
+///
+/// Only the first `4 * (max_chars + 1)` bytes are decoded: a character takes at most 4
+/// bytes in both encodings (and an invalid byte becomes one replacement character), so
+/// when the file goes on past them the string has more than `max_chars` characters, the
+/// sink cuts it and marks it truncated, and a character split at the cut lies beyond.
+fn decode_text(bytes: &[u8], max_chars: usize) -> String {
+    let keep = max_chars.saturating_add(1).saturating_mul(4);
+    let prefix = |rest: &[u8]| rest.len().min(keep);
     let utf16 = |rest: &[u8], unit: fn([u8; 2]) -> u16| {
         let units = rest.chunks_exact(2).map(|c| unit([c[0], c[1]]));
         char::decode_utf16(units)
@@ -248,13 +282,13 @@ fn decode_text(bytes: &[u8]) -> String {
             .collect()
     };
     if let Some(rest) = bytes.strip_prefix(&[0xFF, 0xFE]) {
-        return utf16(rest, u16::from_le_bytes);
+        return utf16(&rest[..prefix(rest)], u16::from_le_bytes);
     }
     if let Some(rest) = bytes.strip_prefix(&[0xFE, 0xFF]) {
-        return utf16(rest, u16::from_be_bytes);
+        return utf16(&rest[..prefix(rest)], u16::from_be_bytes);
     }
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    String::from_utf8_lossy(bytes).into_owned()
+    String::from_utf8_lossy(&bytes[..prefix(bytes)]).into_owned()
 }
 
 /// The text the agent sees for an attachment: a header naming the file, then the

@@ -1,5 +1,11 @@
 //! DOCX, PPTX and XLSX: zip archives of XML parts, read with a cap on entries and
 //! on the total bytes decompressed.
+//!
+//! The cap counts the bytes actually inflated (a `take` on the decompressing reader),
+//! never the sizes the zip headers declare, which a bomb sets to anything. Memory per
+//! file is then the input, at most one part of `max_decompressed_bytes` at a time as
+//! text, and what is kept from it: the text (`max_text_chars`) and, for XLSX, the shared
+//! strings (packed: one string plus 4 bytes per entry, at most [`MAX_SHARED_STRINGS`]).
 
 use std::collections::HashMap;
 use std::io::{Cursor, Read};
@@ -61,7 +67,11 @@ impl<'a> Package<'a> {
             Err(zip::result::ZipError::FileNotFound) => return Ok(None),
             Err(e) => return Err(ExtractError::corrupt(format, format!("{name}: {e}"))),
         };
-        let mut data = Vec::new();
+        // The declared size only sizes the buffer, never beyond the budget: it may lie.
+        let declared = usize::try_from(file.size().min(self.budget.saturating_add(1)))
+            .unwrap_or(0)
+            .min(MAX_PREALLOCATION);
+        let mut data = Vec::with_capacity(declared);
         (&mut file)
             .take(self.budget.saturating_add(1))
             .read_to_end(&mut data)
@@ -75,7 +85,7 @@ impl<'a> Package<'a> {
             self.budget -= read;
         }
         Ok(Some(Part {
-            xml: String::from_utf8_lossy(&data).into_owned(),
+            xml: into_text(data),
             cut,
         }))
     }
@@ -84,6 +94,24 @@ impl<'a> Package<'a> {
     fn required(&mut self, name: &str) -> Result<Part, ExtractError> {
         self.part(name)?
             .ok_or_else(|| ExtractError::corrupt(self.format, format!("missing {name}")))
+    }
+}
+
+/// A buffer declared bigger than this grows as it is filled instead.
+const MAX_PREALLOCATION: usize = 16 * 1024 * 1024;
+
+/// Decompressed bytes as text without a copy when they are UTF-8 (or UTF-8 cut inside a
+/// character by the cap); other bytes are replaced, which copies.
+fn into_text(data: Vec<u8>) -> String {
+    match String::from_utf8(data) {
+        Ok(text) => text,
+        Err(e) if e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).unwrap_or_default()
+        }
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
     }
 }
 
@@ -237,13 +265,51 @@ pub(crate) fn pptx(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractEr
     sink.finish()
 }
 
+/// Most shared strings kept; cells showing a later one show nothing and the text is
+/// marked truncated. (A 50 MiB table of `<si/>` lists 10 million; a `Vec<String>` of
+/// them took 240 MB.)
+const MAX_SHARED_STRINGS: usize = 1_000_000;
+
+/// The shared strings, packed: all of them in one string, and where each ends.
+#[derive(Default)]
+pub(crate) struct SharedStrings {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl SharedStrings {
+    /// Adds a string; `false` when the table is full (by count or by the 4 GiB that
+    /// the offsets can address).
+    pub(crate) fn push(&mut self, s: &str) -> bool {
+        if self.ends.len() >= MAX_SHARED_STRINGS {
+            return false;
+        }
+        let Ok(end) = u32::try_from(self.text.len() + s.len()) else {
+            return false;
+        };
+        self.text.push_str(s);
+        self.ends.push(end);
+        true
+    }
+
+    pub(crate) fn get(&self, i: usize) -> Option<&str> {
+        let end = usize::try_from(*self.ends.get(i)?).ok()?;
+        let start = match i.checked_sub(1) {
+            Some(prev) => usize::try_from(self.ends[prev]).ok()?,
+            None => 0,
+        };
+        self.text.get(start..end)
+    }
+}
+
 /// The shared strings table (`xl/sharedStrings.xml`): each `<si>`'s text, without
 /// phonetic runs (`<rPh>`).
-fn shared_strings(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<String>, ExtractError> {
+fn shared_strings(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<SharedStrings, ExtractError> {
     let Some(part) = pkg.part("xl/sharedStrings.xml")? else {
-        return Ok(Vec::new());
+        return Ok(SharedStrings::default());
     };
-    let mut strings = Vec::new();
+    let mut strings = SharedStrings::default();
+    let mut full = false;
     let mut current = String::new();
     let (mut in_t, mut in_rph) = (0u32, 0u32);
     // The sink only bounds the time here: strings count as text when a cell shows them.
@@ -258,10 +324,13 @@ fn shared_strings(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<String>,
             Event::End(e) => match local_end(&e.name()) {
                 "t" => in_t = in_t.saturating_sub(1),
                 "rPh" => in_rph = in_rph.saturating_sub(1),
-                "si" => strings.push(std::mem::take(&mut current)),
+                "si" => {
+                    full |= !strings.push(&current);
+                    current.clear();
+                }
                 _ => {}
             },
-            Event::Empty(e) if local(&e) == "si" => strings.push(String::new()),
+            Event::Empty(e) if local(&e) == "si" => full |= !strings.push(""),
             Event::Text(t) if in_t > 0 && in_rph == 0 => current.push_str(&t.xml10_content()),
             Event::CData(t) if in_t > 0 && in_rph == 0 => current.push_str(&t.xml10_content()),
             Event::GeneralRef(r) if in_t > 0 && in_rph == 0 => {
@@ -271,8 +340,11 @@ fn shared_strings(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<String>,
             }
             _ => {}
         }
-        true
+        !full
     })?;
+    if full {
+        sink.mark_incomplete();
+    }
     Ok(strings)
 }
 
@@ -357,7 +429,7 @@ fn csv_field(value: &str, out: &mut String) {
 }
 
 /// One worksheet's rows as CSV lines (empty rows skipped; gaps between cells kept).
-fn sheet_rows(part: &Part, shared: &[String], sink: &mut Sink) -> Result<(), ExtractError> {
+fn sheet_rows(part: &Part, shared: &SharedStrings, sink: &mut Sink) -> Result<(), ExtractError> {
     let mut line = String::new();
     let mut col = 0usize;
     let mut row_has_value = false;
@@ -394,12 +466,15 @@ fn sheet_rows(part: &Part, shared: &[String], sink: &mut Sink) -> Result<(), Ext
                             .parse::<usize>()
                             .ok()
                             .and_then(|i| shared.get(i))
-                            .map_or("", String::as_str),
+                            .unwrap_or(""),
                         "b" if value.trim() == "1" => "TRUE",
                         "b" if value.trim() == "0" => "FALSE",
                         _ => value.as_str(),
                     };
-                    if !shown.is_empty() {
+                    // Cells past what the text can still hold are dropped: the row
+                    // would be cut there anyway, and a row of a million cells must
+                    // not become one 50 MiB line first.
+                    if !shown.is_empty() && line.len() <= sink.room_bytes() {
                         let at = cell_col.unwrap_or(col).max(col);
                         // Pad skipped columns, but never by more than the text room left.
                         // One comma per skipped column, plus the separator after the

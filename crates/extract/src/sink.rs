@@ -76,6 +76,12 @@ impl Sink {
         false
     }
 
+    /// Bytes of text that can still be kept at most (4 per character left): anything
+    /// collected beyond this before a push would only be cut.
+    pub(crate) fn room_bytes(&self) -> usize {
+        (self.max_chars - self.chars).saturating_mul(4)
+    }
+
     /// Whether any non-blank text was collected.
     pub(crate) fn has_text(&self) -> bool {
         !self.text.trim().is_empty()

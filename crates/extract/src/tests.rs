@@ -589,3 +589,270 @@ fn prompt_text_names_the_file_and_marks_truncation() {
     };
     assert!(as_prompt_text("", &image).starts_with("[Attachment: unnamed file (image/png"));
 }
+
+// Issue 14: hostile files. Each test names the bomb of `crate::bombs` it feeds and
+// asserts on the outcome (a refusal, or text cut at its limits), never on time.
+
+#[test]
+fn a_1_kib_rle8_bmp_declaring_9000x9000_is_refused_before_decoding() {
+    let bmp = bombs::bmp_rle8(9000, 9000);
+    assert!(bmp.len() < 1200, "the bomb is small: {} bytes", bmp.len());
+    let result = extract("image/bmp", "bomb.bmp", &bmp, &limits());
+    let Err(error) = result else {
+        panic!("expected a refusal, got {result:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        "the image declares 9000x9000 pixels, over the 67-megapixel limit"
+    );
+}
+
+#[cfg(feature = "bmp")]
+#[test]
+fn a_bmp_under_the_pixel_limit_that_would_decode_past_the_memory_limit_is_refused() {
+    // 5000 x 5000 is 25 megapixels (under 67), but 96 MiB of RGBA (over 64).
+    let bmp = bombs::bmp_rle8(5000, 5000);
+    let result = extract("image/bmp", "bomb.bmp", &bmp, &limits());
+    let Err(error) = result else {
+        panic!("expected a refusal, got {result:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        "the image declares 5000x5000 pixels, which would take 96 MiB to decode, over the 64 MiB limit"
+    );
+    // A small one still converts.
+    let small = bombs::bmp_rle8(64, 64);
+    let result = extract("image/bmp", "small.bmp", &small, &limits());
+    assert!(
+        matches!(&result, Ok(Extracted::Image { mime_type, .. }) if mime_type == "image/png"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn a_png_declaring_100000x100000_is_refused_from_its_header() {
+    let png = bombs::png_declaring(100_000, 100_000);
+    let result = extract("image/png", "bomb.png", &png, &limits());
+    let Err(error) = result else {
+        panic!("expected a refusal, got {result:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        "the image declares 100000x100000 pixels, over the 67-megapixel limit"
+    );
+    // Within the limit the header changes nothing: the bytes go on as they are.
+    let fine = bombs::png_declaring(4000, 3000);
+    let result = extract("image/png", "fine.png", &fine, &limits());
+    assert!(matches!(result, Ok(Extracted::Image { .. })), "{result:?}");
+}
+
+#[test]
+fn a_docx_inflating_far_past_the_cap_reads_only_the_cap() {
+    let docx = bombs::docx_inflating_to(64 * 1024 * 1024);
+    assert!(docx.len() < 1024 * 1024, "{} bytes", docx.len());
+    let limits = Limits {
+        max_decompressed_bytes: 1024 * 1024,
+        max_text_chars: usize::MAX / 8,
+        ..limits()
+    };
+    let (text, truncated) = text_of(extract(DOCX_MIME, "bomb.docx", &docx, &limits));
+    assert!(truncated, "the cut must be reported");
+    assert!(
+        !text.is_empty() && text.len() < 1024 * 1024,
+        "read {} bytes of text from a 1 MiB cap",
+        text.len()
+    );
+}
+
+#[test]
+fn a_docx_whose_zip_headers_lie_about_its_size_is_still_capped_by_the_bytes_inflated() {
+    let docx = bombs::docx_lying_about_size(16 * 1024 * 1024);
+    let limits = Limits {
+        max_decompressed_bytes: 1024 * 1024,
+        max_text_chars: usize::MAX / 8,
+        ..limits()
+    };
+    let (text, truncated) = text_of(extract(DOCX_MIME, "liar.docx", &docx, &limits));
+    // The entry claims 1 KiB; what counts is what inflates: more than 1 KiB is read (the
+    // claim is not trusted either way) and never more than the cap.
+    assert!(truncated);
+    assert!(
+        text.len() > 4 * 1024 && text.len() < 1024 * 1024,
+        "{} bytes",
+        text.len()
+    );
+}
+
+#[test]
+fn an_xlsx_of_ten_million_empty_shared_strings_keeps_at_most_a_million() {
+    // 49 MiB of `<si/>` in 75 KB: a `Vec<String>` of them took 240 MB.
+    let xlsx = bombs::xlsx_empty_shared_strings(49 * 1024 * 1024);
+    let (text, truncated) = text_of(extract(XLSX_MIME, "strings.xlsx", &xlsx, &limits()));
+    assert!(
+        truncated,
+        "the shared strings past the limit are reported as missing"
+    );
+    assert_eq!(text, "--- Sheet: Sheet1 ---\n");
+}
+
+#[test]
+fn packed_shared_strings_are_found_by_index() {
+    let mut strings = ooxml_test_support::shared(&["", "a", "bc", ""]);
+    assert_eq!(
+        (0..5).map(|i| strings.get(i)).collect::<Vec<_>>(),
+        [Some(""), Some("a"), Some("bc"), Some(""), None]
+    );
+    assert!(strings.push("d"));
+}
+
+mod ooxml_test_support {
+    pub(super) fn shared(items: &[&str]) -> crate::ooxml::SharedStrings {
+        let mut strings = crate::ooxml::SharedStrings::default();
+        for s in items {
+            assert!(strings.push(s));
+        }
+        strings
+    }
+}
+
+#[test]
+fn a_pdf_page_inflating_past_the_cap_is_refused_at_the_decompression_cap() {
+    // The benchmark's file inflates to 500 MiB; 64 MiB against an 8 MiB cap is the same
+    // case, faster to make.
+    let pdf = bombs::pdf_flate_page(64 * 1024 * 1024);
+    assert!(pdf.len() < 128 * 1024, "{} bytes", pdf.len());
+    let limits = Limits {
+        max_decompressed_bytes: 8 * 1024 * 1024,
+        ..limits()
+    };
+    let result = extract("application/pdf", "flate.pdf", &pdf, &limits);
+    let Err(error) = result else {
+        panic!("expected a refusal, got {result:?}");
+    };
+    assert!(
+        error.to_string().contains("no page could be read"),
+        "lopdf stops inflating at max_decompressed_bytes: {error}"
+    );
+}
+
+#[test]
+fn a_100_mib_text_file_is_decoded_only_up_to_the_text_limit() {
+    let text = bombs::text(100 * 1024 * 1024);
+    let max = limits().max_text_chars;
+    // The decoded prefix, not the file: at most 4 bytes per kept character (+1).
+    let decoded = decode_text(&text, max);
+    assert!(
+        decoded.len() <= 4 * (max + 1),
+        "decoded {} bytes for {max} characters",
+        decoded.len()
+    );
+    let (out, truncated) = text_of(extract("text/plain", "big.txt", &text, &limits()));
+    assert!(truncated);
+    assert_eq!(out.chars().count(), max);
+    assert!(
+        out.starts_with("line 000000001: caf\u{e9}"),
+        "{}",
+        &out[..40]
+    );
+}
+
+#[test]
+fn a_character_split_where_the_text_is_cut_never_shows_as_a_replacement() {
+    // The decoded prefix (4 x (max + 1) bytes) ends inside a 3-byte UTF-8 character, or
+    // inside a UTF-16 surrogate pair after one 2-byte unit, for some of these limits;
+    // the split character is always past the characters kept.
+    let utf8_text = "\u{20ac}".repeat(100);
+    let utf16_text = format!("a{}", "\u{1F600}".repeat(100));
+    let mut utf16: Vec<u8> = vec![0xFF, 0xFE];
+    utf16.extend(utf16_text.encode_utf16().flat_map(u16::to_le_bytes));
+    for max in 1..=9 {
+        let limits = Limits {
+            max_text_chars: max,
+            ..limits()
+        };
+        for (bytes, full) in [
+            (utf8_text.as_bytes(), &utf8_text),
+            (&utf16[..], &utf16_text),
+        ] {
+            let expected: String = full.chars().take(max).collect();
+            let (text, truncated) = text_of(extract("text/plain", "a.txt", bytes, &limits));
+            assert_eq!((text, truncated), (expected, true), "{max} characters");
+        }
+    }
+}
+
+#[test]
+fn requests_and_replies_survive_the_helper_pipe() {
+    use crate::isolate::{Reply, Request};
+    let request = Request {
+        mime_type: "text/plain".into(),
+        file_name: "na\u{ef}ve\n[name].txt".into(),
+        limits: Limits {
+            timeout: Duration::from_millis(1234),
+            ..limits()
+        },
+        memory_bytes: 384 << 20,
+        size: 42,
+    };
+    let header = request.header();
+    assert_eq!(Request::read_header(&mut &header[..]).unwrap(), request);
+    for result in [
+        Ok(Extracted::Text {
+            text: "h\u{e9}llo".into(),
+            truncated: true,
+        }),
+        Ok(Extracted::Image {
+            mime_type: "image/png".into(),
+            data_base64: "iVBO".into(),
+        }),
+        Ok(Extracted::Unsupported {
+            reason: "nope".into(),
+        }),
+        Err("the image declares 1x1 pixels".to_owned()),
+    ] {
+        let reply = Reply {
+            result,
+            peak_rss_kib: 7,
+        };
+        assert_eq!(Reply::decode(&reply.encode()).unwrap(), reply);
+    }
+    assert!(Reply::decode(b"SBX2....").is_err(), "another build's magic");
+    assert!(Reply::decode(b"SBX1\x09").is_err(), "an unknown tag");
+    let mut long = Reply {
+        result: Err("x".into()),
+        peak_rss_kib: 0,
+    }
+    .encode();
+    long.push(0);
+    assert!(Reply::decode(&long).is_err(), "trailing bytes");
+}
+
+#[test]
+fn the_helper_side_refuses_a_file_over_the_input_limit_without_reading_it() {
+    use crate::isolate::{Reply, Request, serve};
+    let request = Request {
+        mime_type: "text/plain".into(),
+        file_name: "big.txt".into(),
+        limits: Limits {
+            max_input_bytes: 10,
+            ..limits()
+        },
+        memory_bytes: 0,
+        size: 11,
+    };
+    // No file bytes follow the header: they must not be read.
+    let mut input = &request.header()[..];
+    let mut output = Vec::new();
+    let mut confined = None;
+    serve(&mut input, &mut output, |r| {
+        confined = Some(r.clone());
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(confined.as_ref(), Some(&request), "confined before reading");
+    let reply = Reply::decode(&output).unwrap();
+    assert_eq!(
+        reply.result,
+        Err("the file is 11 bytes, over the 10-byte limit".to_owned())
+    );
+}

@@ -1,4 +1,6 @@
-//! Images for vision blocks: PNG, JPEG, GIF and WebP as they are; BMP converted to PNG.
+//! Images for vision blocks: PNG, JPEG, GIF and WebP as they are (never decoded here);
+//! BMP converted to PNG. Every PNG, GIF and BMP header's dimensions are checked first: a
+//! few bytes can declare gigapixels, which a BMP decoder would allocate.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -18,6 +20,42 @@ fn sniff(bytes: &[u8]) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Width and height a PNG (IHDR) or GIF (logical screen) header declares.
+fn declared_size(mime_type: &str, bytes: &[u8]) -> Option<(u32, u32)> {
+    let be = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    match mime_type {
+        "image/png" if bytes.get(12..16) == Some(b"IHDR") => Some((be(16)?, be(20)?)),
+        "image/gif" => {
+            let b = bytes.get(6..10)?;
+            Some((
+                u32::from(u16::from_le_bytes([b[0], b[1]])),
+                u32::from(u16::from_le_bytes([b[2], b[3]])),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Refuses an image declaring more than [`Limits::max_image_pixels`].
+fn check_pixels(width: u32, height: u32, limits: &Limits) -> Result<(), ExtractError> {
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels > limits.max_image_pixels {
+        return Err(ExtractError::ImageTooLarge {
+            width,
+            height,
+            why: format!(
+                "over the {}-megapixel limit",
+                limits.max_image_pixels / 1_000_000
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn block(mime_type: &str, bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
@@ -54,21 +92,44 @@ pub(crate) fn passthrough(
             "the bytes are not a PNG, JPEG, GIF or WebP image",
         ));
     };
+    if let Some((width, height)) = declared_size(actual, bytes) {
+        check_pixels(width, height, limits)?;
+    }
     block(actual, bytes, limits)
 }
 
 #[cfg(feature = "bmp")]
-/// Most memory decoding one BMP may take (64 megapixels of RGBA).
-const MAX_BMP_ALLOC: u64 = 256 * 1024 * 1024;
-
-#[cfg(feature = "bmp")]
-/// A BMP converted to a PNG vision block (vision models do not take BMP).
+/// A BMP converted to a PNG vision block (vision models do not take BMP). Its header is
+/// read first: a BMP whose pixels would take more than
+/// [`Limits::max_decoded_image_bytes`] as RGBA is refused without decoding (RLE lets
+/// 1 KiB declare 9000x9000, 309 MiB of RGBA).
 pub(crate) fn bmp_to_png(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractError> {
     use std::io::Cursor;
 
-    let mut reader = image::ImageReader::with_format(Cursor::new(bytes), image::ImageFormat::Bmp);
+    let reader = || image::ImageReader::with_format(Cursor::new(bytes), image::ImageFormat::Bmp);
+    let (width, height) = reader()
+        .into_dimensions()
+        .map_err(|e| ExtractError::corrupt("BMP", e))?;
+    check_pixels(width, height, limits)?;
+    let decoded_bytes = u64::from(width) * u64::from(height) * 4;
+    if decoded_bytes > limits.max_decoded_image_bytes {
+        return Err(ExtractError::ImageTooLarge {
+            width,
+            height,
+            why: format!(
+                "which would take {} MiB to decode, over the {} MiB limit",
+                decoded_bytes.div_ceil(MIB),
+                limits.max_decoded_image_bytes / MIB
+            ),
+        });
+    }
+    let mut reader = reader();
     let mut bounds = image::Limits::default();
-    bounds.max_alloc = Some(MAX_BMP_ALLOC);
+    // The header check above is the real bound; this one catches a decoder that
+    // allocates more than the pixels (e.g. a scratch row buffer) beyond a margin.
+    bounds.max_alloc = Some(limits.max_decoded_image_bytes.saturating_add(MIB));
+    bounds.max_image_width = Some(width);
+    bounds.max_image_height = Some(height);
     reader.limits(bounds);
     let decoded = reader
         .decode()
@@ -77,5 +138,9 @@ pub(crate) fn bmp_to_png(bytes: &[u8], limits: &Limits) -> Result<Extracted, Ext
     decoded
         .write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png)
         .map_err(|e| ExtractError::corrupt("BMP", format!("converting to PNG: {e}")))?;
+    drop(decoded);
     block("image/png", &png, limits)
 }
+
+#[cfg(feature = "bmp")]
+const MIB: u64 = 1024 * 1024;

@@ -82,7 +82,12 @@ pub fn parse_file_url(raw: &str) -> Result<FileRef, FileRefError> {
         return Err(FileRefError::Unsupported);
     };
     let path = path.join("/");
+    // Decoding may bring back what the URL syntax kept apart: a `/` in the bucket (`%2F`), or
+    // control characters (`%00`, `%0A`) in either; neither names an object of ours.
     if bucket.is_empty()
+        || bucket.contains('/')
+        || bucket.chars().any(char::is_control)
+        || path.chars().any(char::is_control)
         || path.is_empty()
         || path
             .split('/')
@@ -482,6 +487,10 @@ mod tests {
             "file:///etc/passwd",
             "https://x.supabase.co/storage/v1/object/sign/agent-files/a.png",
             "not a url",
+            // Found by the file_url fuzz target: decoding brought back what the syntax hid.
+            "s3://b/k%00ey",
+            "s3://b/a%0Ab",
+            "https://h/a%2F../x",
         ] {
             assert!(parse_file_url(url).is_err(), "{url}");
         }

@@ -51,6 +51,9 @@ pub struct Config {
     pub supabase_jwt_secret: Option<SecretString>,
     /// Base URL browsers reach S3 at (`SB_S3_PUBLIC_ENDPOINT`, default `SB_S3_ENDPOINT`).
     pub public_endpoint: Option<String>,
+    /// Base URL browsers reach this service at, which download links point to
+    /// (`SB_ATTACHMENTS_PUBLIC_URL`, default `http://<bound listen address>`).
+    pub public_url: Option<String>,
     /// How long an upload form is valid (`SB_ATTACHMENTS_UPLOAD_TTL_SECS`, default 300).
     pub upload_ttl: Duration,
     /// How long a download URL is valid (`SB_ATTACHMENTS_DOWNLOAD_TTL_SECS`, default 300).
@@ -80,6 +83,14 @@ impl Config {
                 .raw("SB_ATTACHMENTS_SUPABASE_JWT_SECRET")
                 .map(|s| SecretString::from(s.to_owned())),
             public_endpoint: env.optional("SB_S3_PUBLIC_ENDPOINT")?,
+            public_url: env
+                .raw(PUBLIC_URL_VAR)
+                .map(parse_public_url)
+                .transpose()
+                .map_err(|reason| ConfigError::Invalid {
+                    name: PUBLIC_URL_VAR.to_owned(),
+                    reason,
+                })?,
             upload_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_UPLOAD_TTL_SECS", 300)?),
             download_ttl: Duration::from_secs(env.or("SB_ATTACHMENTS_DOWNLOAD_TTL_SECS", 300)?),
             sweep_every: Duration::from_secs(env.or("SB_ATTACHMENTS_SWEEP_SECS", 2)?.max(1)),
@@ -110,6 +121,35 @@ impl Config {
 }
 
 const CORS_ORIGINS_VAR: &str = "SB_CORS_ALLOWED_ORIGINS";
+const PUBLIC_URL_VAR: &str = "SB_ATTACHMENTS_PUBLIC_URL";
+
+/// An http(s) base URL without query or fragment, its trailing slashes dropped.
+fn parse_public_url(raw: &str) -> Result<String, String> {
+    let url = raw.trim().trim_end_matches('/');
+    let host = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{raw:?} is not an http(s) URL"))?;
+    if host.is_empty() || host.starts_with('/') || url.contains(['?', '#', ' ']) {
+        return Err(format!(
+            "{raw:?} is not a base URL (scheme://host[:port][/path], no query)"
+        ));
+    }
+    Ok(url.to_owned())
+}
+
+/// Where download links point when no public URL is configured: the bound address, a wildcard
+/// one (`0.0.0.0`, `::`) read as loopback.
+fn default_public_url(bound: SocketAddr) -> String {
+    let mut addr = bound;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr.ip() {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{addr}")
+}
 
 /// Splits a comma-separated list of origins, each exactly as a browser sends it in `Origin`:
 /// `scheme://host[:port]`, no path, no trailing slash (which would never match), no wildcard.
@@ -164,7 +204,7 @@ pub(crate) struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) pool: PgPool,
     pub(crate) s3: aws_sdk_s3::Client,
-    /// Credentials and public endpoint of upload forms and download URLs.
+    /// Credentials and public endpoints of upload forms and download links.
     pub(crate) signer: Arc<policy::Signer>,
     pub(crate) bucket: String,
     pub(crate) upload_ttl: Duration,
@@ -219,6 +259,16 @@ impl platform::service::Service for Application {
             ),
             ("nats", platform::nats::probe(js)),
         ];
+        // Bound first: download links default to the bound address (port 0 in tests).
+        let listener = platform::service::bind(config.addr).await?;
+        let download_base = match &config.public_url {
+            Some(url) => url.clone(),
+            None => default_public_url(
+                listener
+                    .local_addr()
+                    .context("the listener has no local address")?,
+            ),
+        };
         let public_endpoint = config
             .public_endpoint
             .clone()
@@ -229,6 +279,7 @@ impl platform::service::Service for Application {
             secret_key: config.s3.secret_key.clone(),
             region: config.s3.region.clone(),
             public_endpoint,
+            download_base,
         });
         let quota = Arc::new(quota::Quota::new(config.quota.clone()));
         let resolver = resolve::Resolver {
@@ -260,7 +311,6 @@ impl platform::service::Service for Application {
         if let Some(cors) = cors_layer(&config.cors_allowed_origins)? {
             router = router.layer(cors);
         }
-        let listener = platform::service::bind(config.addr).await?;
         Ok(Self {
             listener,
             router,
@@ -296,7 +346,7 @@ impl platform::service::Service for Application {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_origins;
+    use super::{default_public_url, parse_origins, parse_public_url};
 
     #[test]
     fn cors_origins_are_exact_http_origins() {
@@ -316,5 +366,31 @@ mod tests {
         ] {
             assert!(parse_origins(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_public_url_is_an_http_base_and_defaults_to_the_bound_address() {
+        assert_eq!(
+            parse_public_url("https://files.example.com/api/"),
+            Ok("https://files.example.com/api".to_owned())
+        );
+        for bad in [
+            "files.example.com",
+            "https://",
+            "https:///x",
+            "https://a/?x=1",
+        ] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+        let bound = |s: &str| s.parse().unwrap();
+        assert_eq!(
+            default_public_url(bound("127.0.0.1:41234")),
+            "http://127.0.0.1:41234"
+        );
+        assert_eq!(
+            default_public_url(bound("0.0.0.0:8081")),
+            "http://127.0.0.1:8081"
+        );
+        assert_eq!(default_public_url(bound("[::]:8081")), "http://[::1]:8081");
     }
 }

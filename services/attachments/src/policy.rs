@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Map, Value, json};
 
-/// Credentials and place of the bucket the policy is for.
+/// Credentials and place of the bucket the policy is for, and where download links point.
 #[derive(Debug, Clone)]
 pub struct Signer {
     /// Access key id.
@@ -21,6 +21,9 @@ pub struct Signer {
     pub region: String,
     /// Base URL browsers reach S3 at (path style: the form posts to `<base>/<bucket>`).
     pub public_endpoint: String,
+    /// Base URL browsers reach this service at: download links are
+    /// `<base>/v2/files/content/{fileId}?expires=&signature=`, keyed from `secret_key`.
+    pub download_base: String,
 }
 
 /// What one upload may be.
@@ -113,6 +116,7 @@ mod tests {
             secret_key: SecretString::from("secret"),
             region: "us-east-1".to_owned(),
             public_endpoint: "http://127.0.0.1:9000/".to_owned(),
+            download_base: "http://127.0.0.1:8081".to_owned(),
         }
     }
 

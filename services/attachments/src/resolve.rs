@@ -94,12 +94,22 @@ impl Resolver {
         session_id: Option<&str>,
     ) -> anyhow::Result<ResolveOutcome> {
         let refused = |reason| Ok(ResolveOutcome::Refused { reason });
-        let Ok(file) = parse_file_url(url) else {
-            return refused(RefusalReason::BadUrl);
+        let file = match self.download_link(url).await? {
+            // A download link this service made (what `download-url`, the server upload and
+            // history hand out): its signature and expiry are checked, then it is the file
+            // it names, which must still be the caller's (below).
+            Some(Ok(file)) => file,
+            Some(Err(reason)) => return refused(reason),
+            None => {
+                let Ok(file) = parse_file_url(url) else {
+                    return refused(RefusalReason::BadUrl);
+                };
+                if !self.token_ok(&file) {
+                    return refused(RefusalReason::BadSignature);
+                }
+                file
+            }
         };
-        if !self.token_ok(&file) {
-            return refused(RefusalReason::BadSignature);
-        }
         let Some(mut row) = store::find_owned(&self.pool, owner, &file.bucket, &file.path).await?
         else {
             return refused(RefusalReason::NotFound);
@@ -130,6 +140,37 @@ impl Resolver {
             "quarantined" => refused(RefusalReason::Quarantined),
             _ => refused(RefusalReason::NotVerified),
         }
+    }
+
+    /// The file a download link of this service names (`.../v2/files/content/{id}?expires=
+    /// &signature=`): `None` when `url` is not such a link, a refusal when its signature is bad
+    /// or it has expired or its file is gone.
+    async fn download_link(
+        &self,
+        url: &str,
+    ) -> anyhow::Result<Option<Result<FileRef, RefusalReason>>> {
+        let marker = format!("{}/", crate::download::CONTENT_PATH);
+        let Some((_, rest)) = url.split_once(&marker) else {
+            return Ok(None);
+        };
+        let (id, query) = match rest.split_once('?') {
+            Some((id, query)) => (id, Some(query)),
+            None => (rest, None),
+        };
+        let link = match crate::download::check(&self.signer, id, query, SystemTime::now())? {
+            Ok(link) => link,
+            Err(_) => return Ok(Some(Err(RefusalReason::BadSignature))),
+        };
+        Ok(Some(
+            match store::find_verified(&self.pool, link.file_id).await? {
+                Some(row) => Ok(FileRef {
+                    bucket: row.bucket,
+                    path: row.object_key,
+                    token: None,
+                }),
+                None => Err(RefusalReason::NotFound),
+            },
+        ))
     }
 
     /// A Supabase token must be valid for exactly this object when a secret is configured.

@@ -1,7 +1,7 @@
 //! HTTP routes of the attachments service: thin handlers that extract, call and wrap.
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Multipart, Query, State};
+use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -33,6 +33,8 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/v2/files/upload-url", post(upload_url))
         .route("/v2/files/download-url", get(download_url))
+        // `get` answers HEAD too (same headers, no body).
+        .route("/v2/files/content/{file_id}", get(content))
         .route("/v2/files/delete", delete(delete_file))
         .route("/v2/files", get(workspace))
         .route(
@@ -362,7 +364,7 @@ async fn owned_file(
         .map_err(internal)
 }
 
-/// `GET /v2/files/download-url?content_url=...`: a freshly signed, short-lived download URL.
+/// `GET /v2/files/download-url?content_url=...`: a freshly signed, short-lived download link.
 async fn download_url(
     State(state): State<AppState>,
     owner: Owner,
@@ -391,6 +393,39 @@ async fn download_url(
         "file_name": file.file_name,
         "file_size": file.size_bytes,
     })))
+}
+
+/// `GET /v2/files/content/{fileId}?expires=&signature=`: the bytes behind a download link, with
+/// the headers of [`crate::download`]. The link is the credential (no bearer token): 403 for a
+/// bad, missing or expired signature, 404 for a file that is not (or no longer) verified.
+async fn content(
+    State(state): State<AppState>,
+    Path(file_id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ErrorResponse> {
+    let now = std::time::SystemTime::now();
+    let link = crate::download::check(&state.signer, &file_id, query.as_deref(), now)
+        .map_err(internal)?
+        .map_err(|refused| {
+            let field = match refused {
+                crate::download::LinkError::BadSignature => "signature",
+                crate::download::LinkError::Expired => "expires",
+            };
+            ErrorResponse::with_field(
+                StatusCode::FORBIDDEN,
+                ErrorCode::Unauthorized,
+                refused.to_string(),
+                field,
+            )
+        })?;
+    let file = store::find_verified(&state.pool, link.file_id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ErrorResponse::not_found("file"))?;
+    crate::download::serve(&state.s3, &file, link, now)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ErrorResponse::not_found("file"))
 }
 
 /// `DELETE /v2/files/delete?content_url=...`: removes the caller's file and its object.

@@ -51,6 +51,18 @@ pub(crate) async fn find_owned(
     .await
 }
 
+/// The verified file `id`, if there is one (a download link names it).
+pub(crate) async fn find_verified(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<FileRow>> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        file_columns!(),
+        " FROM files WHERE id = $1 AND status = 'verified'"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
 /// The owner's verified files among `objects` (bucket, key), in no particular order, one
 /// query (each pair an index lookup on `files_object_key`).
 pub(crate) async fn find_verified_owned(

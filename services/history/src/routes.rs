@@ -224,12 +224,7 @@ async fn history_blocks(
 ) -> Result<axum::Json<BlockHistoryResponse>, ErrorResponse> {
     let q = query(params)?;
     let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
-    let files: Vec<Vec<AttachedFile>> = day.rows.iter().map(user_files).collect();
-    let wanted: Vec<Vec<String>> = files
-        .iter()
-        .map(|fs| fs.iter().map(AttachedFile::content_url).collect())
-        .collect();
-    let signed = sign_all(&state, &owner, &wanted).await;
+    let (files, signed) = user_files_signed(&state, &owner, &day.rows).await;
     Ok(axum::Json(BlockHistoryResponse {
         scope: HistoryScope::HistoryDay,
         day: day.day(),
@@ -254,12 +249,7 @@ async fn history_bodies(
 ) -> Result<axum::Json<BodyHistoryResponse>, ErrorResponse> {
     let q = query(params)?;
     let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
-    let files: Vec<Vec<AttachedFile>> = day.rows.iter().map(user_files).collect();
-    let wanted: Vec<Vec<String>> = files
-        .iter()
-        .map(|fs| fs.iter().map(AttachedFile::content_url).collect())
-        .collect();
-    let signed = sign_all(&state, &owner, &wanted).await;
+    let (files, signed) = user_files_signed(&state, &owner, &day.rows).await;
     let shown = day.day();
     let mut messages = Vec::with_capacity(day.rows.len());
     for (row, (files, urls)) in day.rows.into_iter().zip(files.into_iter().zip(signed)) {
@@ -352,6 +342,21 @@ async fn session_history(
         has_more: day.has_more,
         messages: day.rows.into_iter().map(to_session_message).collect(),
     }))
+}
+
+/// The files of each user message of `rows`, and a fresh URL for each (one signing request).
+async fn user_files_signed(
+    state: &AppState,
+    owner: &Owner,
+    rows: &[store::MessageRow],
+) -> (Vec<Vec<AttachedFile>>, Vec<Vec<Option<String>>>) {
+    let files: Vec<Vec<AttachedFile>> = rows.iter().map(user_files).collect();
+    let wanted: Vec<Vec<String>> = files
+        .iter()
+        .map(|fs| fs.iter().map(AttachedFile::content_url).collect())
+        .collect();
+    let signed = sign_all(state, owner, &wanted).await;
+    (files, signed)
 }
 
 /// Signs every URL of `wanted` in one request; the answer has `wanted`'s shape.

@@ -30,6 +30,21 @@ use crate::sink::EventSink;
 
 /// How soon a run waiting for its thread (policy `enqueue`) is offered again.
 const THREAD_BUSY_DELAY: Duration = Duration::from_millis(250);
+/// How soon a run whose owner has their share of this replica running is offered again.
+const OWNER_BUSY_DELAY: Duration = Duration::from_millis(500);
+/// How long one pull waits for a run before it is renewed.
+const PULL_WAIT: Duration = Duration::from_secs(5);
+
+/// How much this replica runs at once, and the fleet in all.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Capacity {
+    /// Runs at once on this replica.
+    pub(crate) concurrency: usize,
+    /// Runs of one owner at once on this replica.
+    pub(crate) max_runs_per_owner: usize,
+    /// Runs handed out and not acknowledged across the fleet (`max_ack_pending`).
+    pub(crate) fleet_max_in_flight: i64,
+}
 
 /// Cancellation tokens of the runs this replica is running, by task id.
 type Running = Arc<Mutex<HashMap<Uuid, CancellationToken>>>;
@@ -46,10 +61,52 @@ pub(crate) struct RunConsumer {
     agents: Arc<AgentSet>,
     /// Reads the user message's files; `None` without S3 settings.
     reader: Option<AttachmentReader>,
-    concurrency: usize,
+    capacity: Capacity,
+    /// Runs in progress on this replica, by owner (the per-owner share).
+    owners: Arc<Mutex<HashMap<String, usize>>>,
     /// How often a long run's progress is reported (a third of the consumer's ack wait).
     heartbeat: Duration,
     running: Running,
+}
+
+/// A run of one owner counted in; counted out when dropped.
+struct OwnerSlot {
+    owners: Arc<Mutex<HashMap<String, usize>>>,
+    owner: String,
+}
+
+impl Drop for OwnerSlot {
+    fn drop(&mut self) {
+        if let Ok(mut owners) = self.owners.lock()
+            && let Some(count) = owners.get_mut(&self.owner)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                owners.remove(&self.owner);
+            }
+        }
+    }
+}
+
+/// Creates the durable consumer, or updates it when its settings changed (a changed ack wait
+/// or capacity is applied, not silently ignored).
+async fn reconcile_consumer(
+    stream: &jetstream::stream::Stream,
+    wanted: pull::Config,
+) -> anyhow::Result<jetstream::consumer::Consumer<pull::Config>> {
+    match stream.get_consumer::<pull::Config>(WORKER_CONSUMER).await {
+        Ok(mut existing) => {
+            let current = existing.info().await?.config.clone();
+            if current.ack_wait != wanted.ack_wait
+                || current.max_ack_pending != wanted.max_ack_pending
+            {
+                tracing::info!("worker consumer settings changed; updating");
+                return Ok(stream.update_consumer(wanted).await?);
+            }
+            Ok(existing)
+        }
+        Err(_) => Ok(stream.create_consumer(wanted).await?),
+    }
 }
 
 enum Processed {
@@ -66,7 +123,7 @@ impl RunConsumer {
         nats: &platform::nats::NatsConfig,
         agents: Arc<AgentSet>,
         reader: Option<AttachmentReader>,
-        concurrency: usize,
+        capacity: Capacity,
         ack_wait: Duration,
     ) -> anyhow::Result<Self> {
         let names = nats.names.clone();
@@ -77,19 +134,18 @@ impl RunConsumer {
             .context("cannot register the agents")?;
         let stream = js.get_stream(names.runs_stream()).await?;
         let events = js.get_stream(names.run_events_stream()).await?;
-        let consumer = stream
-            .get_or_create_consumer(
-                WORKER_CONSUMER,
-                pull::Config {
-                    durable_name: Some(WORKER_CONSUMER.to_owned()),
-                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    ack_wait,
-                    max_ack_pending: i64::try_from(concurrency).unwrap_or(i64::MAX),
-                    ..Default::default()
-                },
-            )
-            .await
-            .context("cannot create the worker consumer")?;
+        let consumer = reconcile_consumer(
+            &stream,
+            pull::Config {
+                durable_name: Some(WORKER_CONSUMER.to_owned()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait,
+                max_ack_pending: capacity.fleet_max_in_flight,
+                ..Default::default()
+            },
+        )
+        .await
+        .context("cannot create or update the worker consumer")?;
         Ok(Self {
             js,
             client,
@@ -100,7 +156,8 @@ impl RunConsumer {
             events,
             agents,
             reader,
-            concurrency,
+            capacity,
+            owners: Arc::default(),
             heartbeat: ack_wait / 3,
             running: Arc::default(),
         })
@@ -135,24 +192,71 @@ impl RunConsumer {
                     }
                 }),
         );
-        let messages = self
-            .consumer
-            .messages()
-            .await
-            .context("cannot pull from the worker consumer")?
-            .take_until(shutdown.cancelled_owned());
-        messages
-            .for_each_concurrent(self.concurrency, |message| async {
-                match message {
-                    Ok(message) => self.handle(message).await,
-                    Err(err) => tracing::warn!(error = %err, "pull from the runs stream failed"),
-                }
-            })
-            .await;
+        // One pull loop per slot: a replica asks for a run only when it has room for it, so
+        // the fleet's capacity grows with its replicas, and on shutdown nothing is fetched that
+        // would then wait for its ack wait to go elsewhere.
+        futures::future::join_all(
+            (0..self.capacity.concurrency).map(|_| self.pull_loop(shutdown.clone())),
+        )
+        .await;
         listener.abort();
         sweeper.abort();
         tracing::info!("worker consumer stopped");
         Ok(())
+    }
+
+    /// Pulls one run at a time and processes it, until `shutdown`; a run being processed is
+    /// finished first (the drain).
+    async fn pull_loop(&self, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let batch = self
+                .consumer
+                .batch()
+                .max_messages(1)
+                .expires(PULL_WAIT)
+                .messages();
+            let mut batch = tokio::select! {
+                () = shutdown.cancelled() => return,
+                batch = batch => match batch {
+                    Ok(batch) => batch,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "pull from the runs stream failed");
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        }
+                    }
+                },
+            };
+            loop {
+                let next = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    next = batch.next() => next,
+                };
+                match next {
+                    Some(Ok(message)) => self.handle(message).await,
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "pull from the runs stream failed");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Counts a run of `owner` in, unless the owner has their share of this replica running.
+    fn enter_owner(&self, owner: &str) -> Option<OwnerSlot> {
+        let mut owners = self.owners.lock().ok()?;
+        let count = owners.entry(owner.to_owned()).or_default();
+        if *count >= self.capacity.max_runs_per_owner {
+            return None;
+        }
+        *count += 1;
+        Some(OwnerSlot {
+            owners: Arc::clone(&self.owners),
+            owner: owner.to_owned(),
+        })
     }
 
     async fn handle(&self, message: jetstream::Message) {
@@ -165,6 +269,13 @@ impl RunConsumer {
                 }
                 return;
             }
+        };
+        // One owner's flood of runs waits its turn without holding a slot: offered again soon.
+        let Some(_slot) = self.enter_owner(&task.owner) else {
+            if let Err(err) = message.ack_with(AckKind::Nak(Some(OWNER_BUSY_DELAY))).await {
+                tracing::warn!(task.id = %task.task_id, error = %err, "cannot put back a run");
+            }
+            return;
         };
         let span = tracing::info_span!("worker.run.process", task.id = %task.task_id, run.id = %task.input.run_id);
         if let Some(headers) = &message.headers {

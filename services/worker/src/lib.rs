@@ -26,8 +26,17 @@ pub struct Config {
     pub addr: SocketAddr,
     /// NATS connection and names.
     pub nats: NatsConfig,
-    /// Runs processed at once by this replica (`SB_WORKER_CONCURRENCY`, default 16).
+    /// Runs processed at once by this replica (`SB_WORKER_CONCURRENCY`, default 16): the
+    /// fleet's capacity is the sum over replicas.
     pub concurrency: usize,
+    /// Runs of one owner processed at once by this replica (`SB_WORKER_MAX_RUNS_PER_OWNER`,
+    /// default half the concurrency, at least 1): one owner never holds more than that share
+    /// of each replica, so of the fleet.
+    pub max_runs_per_owner: usize,
+    /// Runs handed out and not finished across the whole fleet (`SB_WORKER_FLEET_MAX_IN_FLIGHT`,
+    /// default 4096; the durable consumer's `max_ack_pending`): must be at least replicas x
+    /// concurrency.
+    pub fleet_max_in_flight: i64,
     /// How long a run may go without a progress heartbeat before JetStream gives it to another
     /// worker (`SB_WORKER_ACK_WAIT_SECS`, default 30, at least 3); heartbeats go every third of it.
     pub ack_wait: std::time::Duration,
@@ -39,6 +48,15 @@ pub struct Config {
     /// `SB_S3_BUCKET`). `None` when `SB_S3_BUCKET` is unset: files are then described to the
     /// agent as unavailable.
     pub s3: Option<platform::s3::S3Config>,
+    /// How files are extracted: in helper processes, `SB_WORKER_EXTRACT_CONCURRENCY` at once
+    /// (default 2), each limited to `SB_WORKER_EXTRACT_MEMORY_MIB` of address space (default
+    /// 384) and killed at the file's 15 s deadline; the helper binary is
+    /// `SB_WORKER_EXTRACT_HELPER` (default: `switchboard-extract` next to the worker). The
+    /// worker's memory is then bounded whatever users upload:
+    /// worker RSS <= base + R x 3 x 54 MiB (results held by runs, only if every file is a
+    /// 20 MiB image) and helpers' RSS <= E x M, with R = `SB_WORKER_CONCURRENCY`, E and M the
+    /// two settings above (see `attachments`).
+    pub extraction: attachments::ExtractionConfig,
 }
 
 impl Config {
@@ -62,12 +80,17 @@ impl Config {
             addr: env.or("SB_WORKER_ADDR", SocketAddr::from(([127, 0, 0, 1], 8084)))?,
             nats: env.nats()?,
             concurrency,
+            max_runs_per_owner: env
+                .or("SB_WORKER_MAX_RUNS_PER_OWNER", concurrency.div_ceil(2))?
+                .max(1),
+            fleet_max_in_flight: env.or("SB_WORKER_FLEET_MAX_IN_FLIGHT", 4096)?,
             ack_wait: std::time::Duration::from_secs(ack_wait_secs),
             openai: openai::OpenAiConfig::from_env(env)?,
             s3: match env.raw("SB_S3_BUCKET") {
                 Some(_) => Some(platform::s3::S3Config::from_env(env)?),
                 None => None,
             },
+            extraction: attachments::ExtractionConfig::from_env(env)?,
         })
     }
 }
@@ -125,7 +148,10 @@ impl Application {
     ) -> anyhow::Result<Self> {
         let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats).await?;
-        let reader = config.s3.as_ref().map(attachments::AttachmentReader::new);
+        let reader = config.s3.as_ref().map(|s3| {
+            let extractor = attachments::Extractor::new(&config.extraction);
+            attachments::AttachmentReader::new(s3, extractor)
+        });
         if reader.is_none() {
             tracing::warn!(
                 "SB_S3_BUCKET is unset: attachments are described to the agent as unavailable"
@@ -137,7 +163,11 @@ impl Application {
             &config.nats,
             Arc::new(agents),
             reader,
-            config.concurrency,
+            consumer::Capacity {
+                concurrency: config.concurrency,
+                max_runs_per_owner: config.max_runs_per_owner,
+                fleet_max_in_flight: config.fleet_max_in_flight,
+            },
             config.ack_wait,
         )
         .await?;
