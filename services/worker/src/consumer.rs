@@ -272,7 +272,11 @@ impl RunConsumer {
         };
         // One owner's flood of runs waits its turn without holding a slot: offered again soon.
         let Some(_slot) = self.enter_owner(&task.owner) else {
-            if let Err(err) = message.ack_with(AckKind::Nak(Some(OWNER_BUSY_DELAY))).await {
+            // Backed off by how often it came back (0.5 s .. 10 s), so a flood of one owner's
+            // runs does not circle through the fleet many times a second.
+            let delivered = message.info().map_or(1, |info| info.delivered).clamp(1, 20);
+            let delay = OWNER_BUSY_DELAY * u32::try_from(delivered).unwrap_or(20);
+            if let Err(err) = message.ack_with(AckKind::Nak(Some(delay))).await {
                 tracing::warn!(task.id = %task.task_id, error = %err, "cannot put back a run");
             }
             return;
