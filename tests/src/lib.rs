@@ -820,3 +820,57 @@ pub fn download_link(attachments: &str, url: &str) -> Option<(uuid::Uuid, i64)> 
         .then(|| Some((uuid::Uuid::parse_str(id).ok()?, expires.parse().ok()?)))
         .flatten()
 }
+
+/// Whether a WebSocket server message ends a response: `completed`, or an error.
+pub fn ws_done(message: &Value) -> bool {
+    message["type"] == "system_response_message" && message["status"] == "completed"
+        || message["type"] == "error_message"
+}
+
+/// The text of the `system_response_message`s among `messages`, joined.
+pub fn ws_reply_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .filter(|m| m["type"] == "system_response_message")
+        .filter_map(|m| m["content"]["text"].as_str())
+        .collect()
+}
+
+/// Uploads `bytes` through the attachments service's server upload, in `session` (outside any
+/// session when empty, as the document's client does), and returns its `s3://` content URL.
+pub async fn upload_file(
+    platform: &TestPlatform,
+    token: &str,
+    session: &str,
+    bytes: Vec<u8>,
+    name: &str,
+    mime: &str,
+) -> String {
+    let part = reqwest::multipart::Part::bytes(bytes)
+        .file_name(name.to_owned())
+        .mime_str(mime)
+        .unwrap_or_else(|err| panic!("{mime} is a MIME type: {err}"));
+    let mut form = reqwest::multipart::Form::new();
+    if !session.is_empty() {
+        form = form.text("session_id", session.to_owned());
+    }
+    let response = platform
+        .http
+        .post(format!(
+            "{}/api/v1/agent/attachments",
+            platform.urls.attachments
+        ))
+        .bearer_auth(token)
+        .multipart(form.part("file", part))
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("upload of {name}: {err}"));
+    let status = response.status().as_u16();
+    let answer: Value = response.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 200, "upload of {name}: {answer}");
+    format!(
+        "s3://{}/{}",
+        answer["bucket"].as_str().unwrap_or_default(),
+        answer["path"].as_str().unwrap_or_default()
+    )
+}

@@ -4,7 +4,9 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use switchboard_system_tests::{TestPlatform, WsClient, read_sse, streamed_text};
+use switchboard_system_tests::{
+    TestPlatform, WsClient, read_sse, streamed_text, upload_file as upload,
+};
 
 const PDF_TEXT: &str = "Switchboard quarterly numbers 4217";
 const CSV: &str = "fruit,count\nmango,17\nkiwi,3\n";
@@ -43,48 +45,6 @@ fn pdf_with_text(text: &str) -> Vec<u8> {
     ));
     pdf.extend_from_slice(table.as_bytes());
     pdf
-}
-
-/// Uploads a file through the attachments service (server-side upload) and returns its
-/// `s3://bucket/path` content URL. An empty `session` uploads it outside any session.
-async fn upload(
-    platform: &TestPlatform,
-    token: &str,
-    session: &str,
-    bytes: Vec<u8>,
-    name: &str,
-    mime: &str,
-) -> String {
-    let part = reqwest::multipart::Part::bytes(bytes)
-        .file_name(name.to_owned())
-        .mime_str(mime)
-        .unwrap();
-    // An empty `session` sends none, as the document's client does.
-    let mut form = reqwest::multipart::Form::new();
-    if !session.is_empty() {
-        form = form.text("session_id", session.to_owned());
-    }
-    let form = form.part("file", part);
-    let response = platform
-        .http
-        .post(format!(
-            "{}/api/v1/agent/attachments",
-            platform.urls.attachments
-        ))
-        .bearer_auth(token)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let answer: Value = response.json().await.unwrap_or(Value::Null);
-    assert_eq!(status, 200, "upload of {name}: {answer}");
-    assert_eq!(answer["mime_type"], mime, "{answer}");
-    format!(
-        "s3://{}/{}",
-        answer["bucket"].as_str().unwrap(),
-        answer["path"].as_str().unwrap()
-    )
 }
 
 async fn chat(

@@ -5,7 +5,7 @@
 //! with the workspace's binaries), one of which dies at its memory limit here.
 
 use serde_json::{Value, json};
-use switchboard_system_tests::{TestPlatform, read_sse, streamed_text};
+use switchboard_system_tests::{TestPlatform, read_sse, streamed_text, upload_file as upload};
 
 /// A 1 KiB BMP declaring 9000x9000 8-bit pixels, RLE8-compressed to only the end-of-bitmap
 /// marker: 243 MB of RGB for a decoder that trusts it.
@@ -60,43 +60,6 @@ fn array_pdf_bomb(size: usize) -> Vec<u8> {
     ));
     pdf.extend_from_slice(table.as_bytes());
     pdf
-}
-
-/// Uploads a file (server-side upload) in `session` and returns its content URL.
-async fn upload(
-    platform: &TestPlatform,
-    token: &str,
-    session: &str,
-    bytes: Vec<u8>,
-    name: &str,
-    mime: &str,
-) -> String {
-    let part = reqwest::multipart::Part::bytes(bytes)
-        .file_name(name.to_owned())
-        .mime_str(mime)
-        .unwrap();
-    let form = reqwest::multipart::Form::new()
-        .text("session_id", session.to_owned())
-        .part("file", part);
-    let response = platform
-        .http
-        .post(format!(
-            "{}/api/v1/agent/attachments",
-            platform.urls.attachments
-        ))
-        .bearer_auth(token)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let answer: Value = response.json().await.unwrap_or(Value::Null);
-    assert_eq!(status, 200, "upload of {name}: {answer}");
-    format!(
-        "s3://{}/{}",
-        answer["bucket"].as_str().unwrap(),
-        answer["path"].as_str().unwrap()
-    )
 }
 
 /// Sends `/v2/chat` with `urls` and returns the run's events.

@@ -5,26 +5,15 @@
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchboard_system_tests::{TestPlatform, WsClient};
+use switchboard_system_tests::{
+    TestPlatform, WsClient, ws_done as is_done, ws_reply_text as response_text,
+};
 
 fn user_message(id: &str, conversation: &str, text: &str) -> Value {
     json!({
         "type": "user_message", "id": id, "conversation_id": conversation,
         "content": {"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
     })
-}
-
-fn is_done(m: &Value) -> bool {
-    m["type"] == "system_response_message" && m["status"] == "completed"
-        || m["type"] == "error_message"
-}
-
-fn response_text(messages: &[Value]) -> String {
-    messages
-        .iter()
-        .filter(|m| m["type"] == "system_response_message")
-        .map(|m| m["content"]["text"].as_str().unwrap())
-        .collect()
 }
 
 /// Sends `text` as a new turn and returns the files of the attachments message the client got

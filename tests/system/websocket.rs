@@ -6,7 +6,10 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use switchboard_system_tests::{Options, TestPlatform, WsClient, read_sse, streamed_text};
+use switchboard_system_tests::{
+    Options, TestPlatform, WsClient, read_sse, streamed_text, ws_done as is_done,
+    ws_reply_text as response_text,
+};
 
 fn keys(value: &Value) -> BTreeSet<String> {
     value
@@ -117,19 +120,6 @@ fn interaction(id: &str, conversation: &str, prompt: &str, answer: &str) -> Valu
         "content": {"messages": [{"role": "user", "content": [{"type": "text", "text": answer}]}]},
         "timestamp": "2025-01-13T10:00:04Z"
     })
-}
-
-fn is_done(m: &Value) -> bool {
-    m["type"] == "system_response_message" && m["status"] == "completed"
-        || m["type"] == "error_message"
-}
-
-fn response_text(messages: &[Value]) -> String {
-    messages
-        .iter()
-        .filter(|m| m["type"] == "system_response_message")
-        .map(|m| m["content"]["text"].as_str().unwrap())
-        .collect()
 }
 
 #[tokio::test]
