@@ -58,9 +58,9 @@ log "building the service binaries (the system tests start them as processes)"
 cargo build --workspace --bins --locked --quiet
 
 # Databases of earlier test runs; every test makes its own.
-as_postgres psql -q -h "$DATA/pgsock" -p "$PG_PORT" -U postgres -tAc \
+pg_admin -tAc \
   "SELECT 'DROP DATABASE IF EXISTS ' || quote_ident(datname) || ' WITH (FORCE);' FROM pg_database WHERE datname LIKE 'sbt\_%'" \
-  | as_postgres psql -q -h "$DATA/pgsock" -p "$PG_PORT" -U postgres >/dev/null
+  | pg_admin >/dev/null
 
 export SB_TEST_DATABASE_URL="$(database_url)"
 export SB_TEST_NATS_URL="nats://127.0.0.1:$NATS_PORT"

@@ -37,6 +37,18 @@ as_postgres() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# pg_admin ARGS...: psql as the superuser, through this checkout's socket, or over TCP (with the
+# superuser password infra.sh gives every cluster it makes) when the server on the port is
+# another checkout's.
+pg_admin() {
+  local host="$DATA/pgsock"
+  if [ ! -S "$host/.s.PGSQL.$PG_PORT" ]; then
+    host=127.0.0.1
+    export PGPASSWORD=postgres-local
+  fi
+  as_postgres psql -q -h "$host" -p "$PG_PORT" -U postgres "$@"
+}
+
 database_url() { echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/${1:-switchboard}"; }
 
 # The environment every service reads (see README, "Configuration").
