@@ -1,0 +1,97 @@
+//! Worker fleet throughput (issue 10): publishes `--runs` accepted runs of the built-in agent's
+//! `/slow` command (about 1 s each: 5 words, 200 ms apart) straight onto the RUNS stream of
+//! `--prefix`, and counts their terminal events on the live event subjects until every run has
+//! ended or `--max-seconds` passed. The workers (`scripts/bench-workers.sh` starts 1, 2, 3
+//! replicas) do the rest. Prints one JSON line: runs ended, seconds from the first publish to
+//! the last end, runs per second.
+//!
+//! Usage: `worker-throughput --prefix P [--nats-url URL] [--runs N] [--max-seconds T]`.
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use chrono::Utc;
+use futures::StreamExt as _;
+use platform::nats::{NatsConfig, StreamLimits};
+use protocol::messaging::{Names, RunEventMessage, RunTaskV1};
+use protocol::validate::parse_run_input;
+use switchboard_bench::{Args, run_body};
+use uuid::Uuid;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::from_process()?;
+    let prefix = args
+        .get("prefix", "BENCH_NATS_PREFIX")
+        .context("--prefix is required (the workers' SB_NATS_PREFIX)")?;
+    let config = NatsConfig {
+        url: args
+            .get("nats-url", "SB_NATS_URL")
+            .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned()),
+        names: Names::new(&prefix)?,
+        limits: StreamLimits::default(),
+    };
+    let runs: usize = args.parsed("runs", "BENCH_RUNS", 60)?;
+    let max_time = Duration::from_secs(args.parsed("max-seconds", "BENCH_MAX_SECONDS", 120)?);
+    let (client, js) = platform::nats::connect(&config, "bench-worker-throughput").await?;
+    platform::nats::ensure_streams(&js, &config).await?;
+    // Listen before publishing, so no end is missed.
+    let mut events = client
+        .subscribe(config.names.run_events_subjects())
+        .await?;
+    let started = Instant::now();
+    let mut tasks = HashSet::new();
+    for i in 0..runs {
+        let body = run_body(&Uuid::new_v4().to_string(), &format!("bench-{i}"), "/slow a b c");
+        let input = parse_run_input(body.as_bytes())
+            .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
+        let owner = format!("owner-{}", i % 8);
+        let subject = config
+            .names
+            .run_accepted_subject(&owner, &input.thread_id, &input.run_id);
+        let task = RunTaskV1 {
+            task_id: Uuid::now_v7(),
+            owner,
+            accepted_at: Utc::now(),
+            input,
+            attachments: Vec::new(),
+            conversation: false,
+            resumed: None,
+            trace_id: None,
+            agent: Some("echo".to_owned()),
+        };
+        tasks.insert(task.task_id);
+        anyhow::ensure!(
+            platform::nats::publish_task(&js, &subject, &task).await?,
+            "a benchmark run was taken for a duplicate"
+        );
+    }
+    let mut ended = 0;
+    let mut last_end = started.elapsed();
+    let deadline = tokio::time::Instant::now() + max_time;
+    while ended < runs {
+        let Ok(Some(message)) = tokio::time::timeout_at(deadline, events.next()).await else {
+            break;
+        };
+        if let Ok(RunEventMessage::V1(event)) = serde_json::from_slice(&message.payload)
+            && event.event.is_terminal()
+            && tasks.contains(&event.task_id)
+        {
+            ended += 1;
+            last_end = started.elapsed();
+        }
+    }
+    let seconds = last_end.as_secs_f64();
+    let line = serde_json::json!({
+        "target": "worker-throughput",
+        "runs": runs,
+        "ended": ended,
+        "seconds": (seconds * 100.0).round() / 100.0,
+        "runs_per_second": ((ended as f64 / seconds.max(0.001)) * 100.0).round() / 100.0,
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    Ok(())
+}
