@@ -160,15 +160,6 @@ impl EventHub {
         }
     }
 
-    /// Number of readers registered on this replica (for metrics and tests).
-    #[allow(dead_code)]
-    pub(crate) fn readers(&self) -> usize {
-        self.readers
-            .lock()
-            .map(|r| r.values().map(Vec::len).sum())
-            .unwrap_or(0)
-    }
-
     /// The events of `task_id` after `after`, each once and in order, ending after the
     /// terminal event. Checked before the first event, so a caller can answer with a status
     /// code: `Expired` when the log no longer holds the next event the reader needs, `Ended`

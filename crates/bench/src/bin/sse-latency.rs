@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::json;
 use switchboard_bench::Args;
 
-#[allow(dead_code)] // Shared with sse-idle, which uses other parts.
+#[expect(dead_code, reason = "shared with sse-idle, which uses other parts")]
 mod sse_common;
 
 use sse_common::{Bench, LatencySettings, measure_latency};

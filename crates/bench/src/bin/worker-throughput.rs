@@ -38,13 +38,15 @@ async fn main() -> anyhow::Result<()> {
     let (client, js) = platform::nats::connect(&config, "bench-worker-throughput").await?;
     platform::nats::ensure_streams(&js, &config).await?;
     // Listen before publishing, so no end is missed.
-    let mut events = client
-        .subscribe(config.names.run_events_subjects())
-        .await?;
+    let mut events = client.subscribe(config.names.run_events_subjects()).await?;
     let started = Instant::now();
     let mut tasks = HashSet::new();
     for i in 0..runs {
-        let body = run_body(&Uuid::new_v4().to_string(), &format!("bench-{i}"), "/slow a b c");
+        let body = run_body(
+            &Uuid::new_v4().to_string(),
+            &format!("bench-{i}"),
+            "/slow a b c",
+        );
         let input = parse_run_input(body.as_bytes())
             .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
         let owner = format!("owner-{}", i % 8);
