@@ -79,6 +79,23 @@ fn generated_key(owner: &str, id: Uuid, file_name: &str) -> String {
     )
 }
 
+/// The type and plain file name of a file an agent made, or why it is refused.
+fn generated_file(
+    content_type: &str,
+    file_name: &str,
+    session_id: &str,
+) -> Result<(&'static file_types::FileType, String), &'static str> {
+    let file_type =
+        file_types::allowed(content_type).ok_or("content_type is not a supported type")?;
+    let name = crate::routes::base_name(file_name)
+        .filter(|n| n.chars().count() <= 255)
+        .ok_or("file_name must name a file of at most 255 characters")?;
+    if !valid_session(session_id) {
+        return Err("session_id must be 1 to 128 characters");
+    }
+    Ok((file_type, name))
+}
+
 /// A session id as `file-attachments.md` allows it: 1 to 128 characters.
 fn valid_session(session_id: &str) -> bool {
     !session_id.is_empty() && session_id.chars().count() <= 128
@@ -237,16 +254,10 @@ impl Resolver {
                 message: message.to_owned(),
             })
         };
-        let Some(file_type) = file_types::allowed(&content_type) else {
-            return refused("content_type is not a supported type");
+        let (file_type, name) = match generated_file(&content_type, &file_name, &session_id) {
+            Ok(checked) => checked,
+            Err(message) => return refused(message),
         };
-        let Some(name) = crate::routes::base_name(&file_name).filter(|n| n.chars().count() <= 255)
-        else {
-            return refused("file_name must name a file of at most 255 characters");
-        };
-        if session_id.is_empty() || session_id.chars().count() > 128 {
-            return refused("session_id must be 1 to 128 characters");
-        }
         let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(content_base64.as_bytes())
         else {
             return refused("content_base64 is not base64");
@@ -330,16 +341,10 @@ impl Resolver {
                 message: message.to_owned(),
             })
         };
-        let Some(file_type) = file_types::allowed(&content_type) else {
-            return refused("content_type is not a supported type");
+        let (file_type, name) = match generated_file(&content_type, &file_name, &session_id) {
+            Ok(checked) => checked,
+            Err(message) => return refused(message),
         };
-        let Some(name) = crate::routes::base_name(&file_name).filter(|n| n.chars().count() <= 255)
-        else {
-            return refused("file_name must name a file of at most 255 characters");
-        };
-        if !valid_session(&session_id) {
-            return refused("session_id must be 1 to 128 characters");
-        }
         if file_size == 0 || file_size > MAX_GENERATED_FILE_BYTES {
             return refused("generated file must be 1 byte to 100 MB");
         }
