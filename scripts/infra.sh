@@ -121,7 +121,20 @@ start_s3() {
   wait_until "S3 server" 30 s3_healthy
 }
 
+# ---------------------------------------------------------------- nginx (the gateway)
+ensure_nginx() {
+  command -v nginx >/dev/null && return
+  log "installing nginx (Debian package nginx-light; the gateway runs it, not systemd)"
+  # Packages must not start their service: the gateway runs nginx itself, on its own port.
+  local guard=/usr/sbin/policy-rc.d created=0
+  if [ ! -e "$guard" ]; then printf '#!/bin/sh\nexit 101\n' >"$guard"; chmod 755 "$guard"; created=1; fi
+  apt_install nginx-light
+  [ "$created" = 1 ] && rm -f "$guard"
+  return 0
+}
+
 command -v curl >/dev/null || apt_install curl
+ensure_nginx
 start_postgres
 start_nats
 start_s3

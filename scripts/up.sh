@@ -4,9 +4,26 @@
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
+# The web client (web/): npm packages from its lock file, then a production build into web/dist.
+build_web() {
+  [ -f "$ROOT/web/package.json" ] || return 0
+  if ! command -v npm >/dev/null; then
+    log "installing Node.js and npm (Debian packages)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  if [ ! -d "$ROOT/web/node_modules" ] || [ "$ROOT/web/package-lock.json" -nt "$ROOT/web/node_modules" ]; then
+    log "installing the web client's npm packages"
+    (cd "$ROOT/web" && npm ci --no-audit --no-fund --loglevel=error) && touch "$ROOT/web/node_modules"
+  fi
+  log "building the web client"
+  (cd "$ROOT/web" && npm run --silent build >/dev/null)
+}
+
 "$ROOT/scripts/infra.sh"
 log "building the services"
 cargo build --workspace --bins --locked --quiet
+build_web
 
 declare -A PORTS=([attachments]=${SB_ATTACHMENTS_PORT:-8081} [runs]=${SB_RUNS_PORT:-8082} [history]=${SB_HISTORY_PORT:-8083} [worker]=${SB_WORKER_PORT:-8084})
 mkdir -p "$DATA/logs" "$DATA/run"
@@ -15,10 +32,7 @@ service_env >"$env_file"
 
 for service in attachments runs history worker; do
   pidfile="$DATA/run/$service.pid"
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    kill -TERM "$(cat "$pidfile")"
-    while kill -0 "$(cat "$pidfile")" 2>/dev/null; do sleep 0.1; done
-  fi
+  stop_pidfile "$pidfile"
   addr_var="SB_$(echo "$service" | tr a-z A-Z)_ADDR"
   (
     set -a; source "$env_file"; set +a
@@ -32,9 +46,22 @@ for service in attachments runs history worker; do
   wait_until "$service" 60 curl -fs "http://127.0.0.1:${PORTS[$service]}/readyz"
 done
 
+# The gateway: one origin for every client (the web client at /, the API beside it).
+stop_pidfile "$DATA/run/gateway.pid"
+(
+  setsid nohup "$ROOT/scripts/gateway.sh" --dir "$DATA/gateway" --listen "127.0.0.1:$GATEWAY_PORT" \
+    --runs "127.0.0.1:${PORTS[runs]}" --history "127.0.0.1:${PORTS[history]}" \
+    --attachments "127.0.0.1:${PORTS[attachments]}" --web "$ROOT/web/dist" \
+    >>"$DATA/logs/gateway.log" 2>&1 </dev/null &
+  echo $! >"$DATA/run/gateway.pid"
+)
+wait_until gateway 30 curl -fs "http://127.0.0.1:$GATEWAY_PORT/api/v1/agents" -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(dev_token gateway-check)"
+
 cat <<INFO
 
 Switchboard is up (logs in .data/logs/, stop with scripts/down.sh):
+  gateway      http://127.0.0.1:$GATEWAY_PORT  every public path, and the web client at /
+  sign in      http://127.0.0.1:$GATEWAY_PORT/#token=$(dev_token "${SB_DEV_USER:-developer}" 86400)
   attachments  http://127.0.0.1:${PORTS[attachments]}
   runs         http://127.0.0.1:${PORTS[runs]}      POST /api/v1/agent/runs
   history      http://127.0.0.1:${PORTS[history]}      GET  /api/v1/agent/history

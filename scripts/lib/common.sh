@@ -8,6 +8,7 @@ PG_PORT="${SB_PG_PORT:-55432}"
 NATS_PORT="${SB_NATS_PORT:-54222}"
 NATS_MONITOR_PORT="${SB_NATS_MONITOR_PORT:-58222}"
 S3_PORT="${SB_S3_PORT:-59000}"
+GATEWAY_PORT="${SB_GATEWAY_PORT:-8080}"
 S3_ACCESS_KEY="${SB_S3_ACCESS_KEY:-switchboard-local}"
 S3_SECRET_KEY="${SB_S3_SECRET_KEY:-switchboard-local-secret-key}"
 PG_USER=switchboard
@@ -49,6 +50,29 @@ pg_admin() {
   as_postgres psql -q -h "$host" -p "$PG_PORT" -U postgres "$@"
 }
 
+# stop_pidfile FILE: SIGTERM to the process FILE names, waits until it is gone, removes FILE.
+stop_pidfile() {
+  local pidfile="$1"
+  [ -f "$pidfile" ] || return 0
+  local pid; pid="$(cat "$pidfile")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+}
+
+# dev_token SUB [TTL_SECONDS]: an HS256 bearer token signed with the local development secret.
+dev_token() {
+  local sub="$1" ttl="${2:-3600}" now header payload signature
+  b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
+  now=$(date +%s)
+  header=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
+  payload=$(SUB="$sub" python3 -c 'import json,os,sys; print(json.dumps({"sub":os.environ["SUB"],"iat":int(sys.argv[1]),"exp":int(sys.argv[1])+int(sys.argv[2])},separators=(",",":")),end="")' "$now" "$ttl" | b64url)
+  signature=$(printf '%s.%s' "$header" "$payload" | openssl dgst -sha256 -hmac "$JWT_SECRET" -binary | b64url)
+  printf '%s.%s.%s\n' "$header" "$payload" "$signature"
+}
+
 database_url() { echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/${1:-switchboard}"; }
 
 # The environment every service reads (see README, "Configuration").
@@ -65,5 +89,6 @@ SB_S3_SECRET_KEY=$S3_SECRET_KEY
 SB_S3_BUCKET=${SB_S3_BUCKET:-switchboard}
 SB_HISTORY_DATABASE_URL=$(database_url)
 SB_ATTACHMENTS_DATABASE_URL=$(database_url)
+SB_ATTACHMENTS_PUBLIC_URL=http://127.0.0.1:$GATEWAY_PORT
 ENV
 }

@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 use test_support::Infra;
 use tokio_util::sync::CancellationToken;
 
+pub mod gateway;
+
 /// How long a test waits for something that happens asynchronously (a run reaching history).
 pub const EVENTUAL: Duration = Duration::from_secs(20);
 
@@ -55,6 +57,9 @@ pub struct Options {
     pub worker_concurrency: usize,
     /// Runs of one owner at once per worker replica.
     pub max_runs_per_owner: usize,
+    /// Where browsers reach the attachments service (a gateway's origin); its own address when
+    /// `None`.
+    pub attachments_public_url: Option<String>,
 }
 
 impl Default for Options {
@@ -76,6 +81,7 @@ impl Default for Options {
             },
             worker_concurrency: 4,
             max_runs_per_owner: 4,
+            attachments_public_url: None,
         }
     }
 }
@@ -147,11 +153,12 @@ impl TestPlatform {
             addr: any_port(),
             auth: infra.auth(),
             database_url: attachments_db.clone(),
+            migrate_on_start: true,
             s3: s3.clone(),
             nats: nats.clone(),
             supabase_jwt_secret: Some(secrecy::SecretString::from(SUPABASE_SECRET)),
             public_endpoint: None,
-            public_url: None,
+            public_url: options.attachments_public_url.clone(),
             upload_ttl: options.upload_ttl,
             download_ttl: Duration::from_secs(300),
             sweep_every: Duration::from_secs(1),
@@ -174,6 +181,7 @@ impl TestPlatform {
             auth: infra.auth(),
             nats: nats.clone(),
             database_url: history_db.clone(),
+            migrate_on_start: true,
         })
         .await?;
         let worker_config = worker::Config {
@@ -628,6 +636,37 @@ fn start_binary(service: &str, port: u16, env: &[(String, String)]) -> anyhow::R
         .with_context(|| format!("cannot start {service}"))
 }
 
+/// Runs the binary of `service` with `args` and only the environment `env` to its end.
+pub async fn run_binary(
+    service: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<std::process::Output> {
+    Ok(
+        tokio::process::Command::new(binary(&format!("switchboard-{service}"))?)
+            .env_clear()
+            .envs(env.iter().copied())
+            .args(args)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await?,
+    )
+}
+
+/// Starts the binary of `service` with only the environment `env`; killed when dropped.
+pub fn spawn_binary(service: &str, env: &[(&str, &str)]) -> anyhow::Result<tokio::process::Child> {
+    Ok(
+        tokio::process::Command::new(binary(&format!("switchboard-{service}"))?)
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?,
+    )
+}
+
 /// Where `cargo build` put the workspace's binaries: next to this test's `deps/` folder.
 fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
@@ -645,7 +684,8 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A port free on 127.0.0.1 a moment ago (for a process that binds it itself).
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -1678,6 +1678,7 @@ async fn a_signed_url_or_upload_form_past_its_expiry_is_refused_by_s3_and_cannot
         addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         auth: infra.auth(),
         database_url: infra.fresh_database().await.unwrap(),
+        migrate_on_start: true,
         s3: s3.clone(),
         nats: infra.fresh_nats(),
         supabase_jwt_secret: None,

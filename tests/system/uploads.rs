@@ -844,6 +844,7 @@ async fn every_download_is_served_with_nosniff_and_only_safe_types_inline() {
         addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         auth: infra.auth(),
         database_url: infra.fresh_database().await.unwrap(),
+        migrate_on_start: true,
         s3: infra.fresh_s3(),
         nats: infra.fresh_nats(),
         supabase_jwt_secret: None,

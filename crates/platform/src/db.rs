@@ -1,4 +1,5 @@
-//! PostgreSQL: one schema per service, migrated at start.
+//! PostgreSQL: one schema per service, migrated at start or by the binary's `migrate`
+//! subcommand (a Kubernetes Job before the rollout), always tolerant of a newer schema.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,13 +12,17 @@ use sqlx::{Connection, PgPool};
 
 use crate::http::Probe;
 
-/// Connects to `url` with `schema` first on the search path, creates the schema if needed and
-/// applies `migrator` (whose bookkeeping table then lives in that schema too).
-pub async fn connect_and_migrate(
+/// Connects to `url` with `schema` first on the search path and creates the schema if needed.
+/// With `apply`, applies the migrations of `migrator` this binary lacks (whose bookkeeping table
+/// then lives in that schema too); without, only checks that every one of them is applied. A
+/// migration the database has and this binary does not know (a newer release's, after a
+/// rollback) is tolerated either way: migrations are additive (README, "Deploying").
+pub async fn connect(
     url: &SecretString,
     schema: &'static str,
     migrator: &Migrator,
     max_connections: u32,
+    apply: bool,
 ) -> anyhow::Result<PgPool> {
     anyhow::ensure!(
         !schema.is_empty() && schema.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
@@ -47,11 +52,68 @@ pub async fn connect_and_migrate(
         .connect_with(options.options([("search_path", schema)]))
         .await
         .context("cannot open the PostgreSQL pool")?;
-    migrator
-        .run(&pool)
-        .await
-        .context("cannot apply database migrations")?;
+    if apply {
+        tolerant(migrator)
+            .run(&pool)
+            .await
+            .context("cannot apply database migrations")?;
+    } else {
+        let missing = missing_migrations(&pool, migrator).await?;
+        anyhow::ensure!(
+            missing.is_empty(),
+            "the {schema} schema lacks migrations {missing:?}: run this binary's `migrate` \
+             subcommand first (or start it with SB_DB_MIGRATE=true)"
+        );
+    }
     Ok(pool)
+}
+
+/// The `migrate` subcommand: applies `migrator` to `schema` and closes the connection.
+pub async fn migrate(
+    url: &SecretString,
+    schema: &'static str,
+    migrator: &Migrator,
+) -> anyhow::Result<()> {
+    let pool = connect(url, schema, migrator, 1, true).await?;
+    pool.close().await;
+    tracing::info!(schema, "migrations applied");
+    Ok(())
+}
+
+/// `migrator`, ignoring applied migrations it does not know.
+fn tolerant(migrator: &Migrator) -> Migrator {
+    Migrator {
+        migrations: migrator.migrations.clone(),
+        ignore_missing: true,
+        locking: true,
+        no_tx: migrator.no_tx,
+    }
+}
+
+/// Versions of `migrator` the database has not applied (all of them before the first).
+async fn missing_migrations(pool: &PgPool, migrator: &Migrator) -> anyhow::Result<Vec<i64>> {
+    let applied: Vec<i64> =
+        match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await
+        {
+            Ok(applied) => applied,
+            // 42P01: no bookkeeping table yet, nothing applied.
+            Err(err)
+                if err
+                    .as_database_error()
+                    .and_then(|e| e.code())
+                    .is_some_and(|c| c == "42P01") =>
+            {
+                Vec::new()
+            }
+            Err(err) => return Err(err).context("cannot read the applied migrations"),
+        };
+    Ok(migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version))
+        .map(|m| m.version)
+        .collect())
 }
 
 /// Readiness probe: a trivial query succeeds.

@@ -23,13 +23,26 @@ pub trait Service: Sized {
     fn port(&self) -> u16;
     /// Serves until `shutdown` is cancelled, then drains.
     fn run(self, shutdown: CancellationToken) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// The `migrate` subcommand: applies the service's schema migrations and returns. Nothing
+    /// to do for a service without a database.
+    fn migrate(env: &Env) -> impl Future<Output = anyhow::Result<()>> + Send {
+        let _ = env;
+        async { Ok(()) }
+    }
 }
 
-/// The whole `main` of a service binary.
+/// The whole `main` of a service binary: serves, or with the argument `migrate` applies the
+/// service's migrations and exits.
 pub async fn main<S: Service>() -> anyhow::Result<()> {
     let env = Env::from_process();
     let telemetry = crate::telemetry::init(&env.telemetry(S::NAME)?)?;
-    let outcome = serve::<S>(&env).await;
+    let outcome = match std::env::args().nth(1).as_deref() {
+        None => serve::<S>(&env).await,
+        Some("migrate") => S::migrate(&env).await,
+        Some(other) => Err(anyhow::anyhow!(
+            "unknown argument {other:?}: run without arguments to serve, or `migrate`"
+        )),
+    };
     if let Err(err) = &outcome {
         tracing::error!(
             error = format!("{err:#}"),

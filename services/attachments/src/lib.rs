@@ -42,6 +42,9 @@ pub struct Config {
     pub auth: AuthConfig,
     /// PostgreSQL URL (`SB_ATTACHMENTS_DATABASE_URL`).
     pub database_url: SecretString,
+    /// Applies missing migrations at start (`SB_DB_MIGRATE`, default true); when false, only
+    /// checks the schema has them (the `migrate` subcommand, run as a Job, applied them).
+    pub migrate_on_start: bool,
     /// Object storage.
     pub s3: S3Config,
     /// NATS connection and names (request/reply endpoints).
@@ -77,6 +80,7 @@ impl Config {
             )?,
             auth: env.auth()?,
             database_url: env.secret("SB_ATTACHMENTS_DATABASE_URL")?,
+            migrate_on_start: env.or("SB_DB_MIGRATE", true)?,
             s3: S3Config::from_env(env)?,
             nats: env.nats()?,
             supabase_jwt_secret: env
@@ -243,11 +247,22 @@ impl platform::service::Service for Application {
         Config::from_env(env)
     }
 
+    /// Applies the `attachments` schema's migrations.
+    async fn migrate(env: &Env) -> anyhow::Result<()> {
+        platform::db::migrate(&env.secret("SB_ATTACHMENTS_DATABASE_URL")?, SCHEMA, &MIGRATOR).await
+    }
+
     /// Migrates the schema, makes sure the bucket exists, binds the listener.
     async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool =
-            platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+            platform::db::connect(
+                &config.database_url,
+                SCHEMA,
+                &MIGRATOR,
+                16,
+                config.migrate_on_start,
+            ).await?;
         let s3 = platform::s3::client(&config.s3);
         platform::s3::ensure_bucket(&s3, &config.s3.bucket).await?;
         let (client, js) = platform::nats::connect(&config.nats, "attachments").await?;

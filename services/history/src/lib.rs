@@ -36,6 +36,9 @@ pub struct Config {
     pub nats: NatsConfig,
     /// PostgreSQL URL (`SB_HISTORY_DATABASE_URL`).
     pub database_url: SecretString,
+    /// Applies missing migrations at start (`SB_DB_MIGRATE`, default true); when false, only
+    /// checks the schema has them (the `migrate` subcommand, run as a Job, applied them).
+    pub migrate_on_start: bool,
 }
 
 impl Config {
@@ -46,6 +49,7 @@ impl Config {
             auth: env.auth()?,
             nats: env.nats()?,
             database_url: env.secret("SB_HISTORY_DATABASE_URL")?,
+            migrate_on_start: env.or("SB_DB_MIGRATE", true)?,
         })
     }
 }
@@ -83,11 +87,22 @@ impl platform::service::Service for Application {
         Config::from_env(env)
     }
 
+    /// Applies the `history` schema's migrations.
+    async fn migrate(env: &Env) -> anyhow::Result<()> {
+        platform::db::migrate(&env.secret("SB_HISTORY_DATABASE_URL")?, SCHEMA, &MIGRATOR).await
+    }
+
     /// Migrates the schema, connects to NATS, creates the durable consumers, binds the listener.
     async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool =
-            platform::db::connect_and_migrate(&config.database_url, SCHEMA, &MIGRATOR, 16).await?;
+            platform::db::connect(
+                &config.database_url,
+                SCHEMA,
+                &MIGRATOR,
+                16,
+                config.migrate_on_start,
+            ).await?;
         let time_zones = Arc::new(store::time_zone_names(&pool).await?.into_iter().collect());
         let (client, js) = platform::nats::connect(&config.nats, "history").await?;
         let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));
