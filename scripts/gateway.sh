@@ -124,7 +124,7 @@ CONF
     cat <<CONF
     location / {
       root $web;
-      try_files \$uri /index.html;
+      try_files \$uri /index.html =404;
       add_header X-Content-Type-Options nosniff always;
       add_header Referrer-Policy no-referrer always;
     }

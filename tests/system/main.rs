@@ -12,6 +12,7 @@ mod generated_files;
 mod history_days;
 mod history_shapes;
 mod jetstream;
+mod metrics;
 mod migrations;
 mod openai_backend;
 mod resilience;

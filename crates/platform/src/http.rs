@@ -120,10 +120,14 @@ impl IntoResponse for ErrorResponse {
 /// One readiness check: a dependency's name and a probe that says whether it is reachable.
 pub type Probe = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
-/// `/healthz` (the process is alive) and `/readyz` (every probe passes), unauthenticated.
+/// `/healthz` (the process is alive), `/readyz` (every probe passes) and `/metrics`
+/// (Prometheus), unauthenticated: for the kubelet and the scraper on the service's own port;
+/// the gateway and the Ingress route none of them.
 pub fn health_routes(probes: Vec<(&'static str, Probe)>) -> Router {
     let probes = Arc::new(probes);
+    crate::metrics::handle();
     Router::new()
+        .route("/metrics", get(crate::metrics::render))
         .route(
             "/healthz",
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
@@ -181,6 +185,7 @@ pub async fn serve(
     let x_request_id = HeaderName::from_static("x-request-id");
     let app = router
         .fallback(fallback)
+        .layer(axum::middleware::from_fn(crate::metrics::track))
         .layer(PropagateRequestIdLayer::new(x_request_id.clone()))
         .layer(TraceLayer::new_for_http())
         .layer(SetRequestIdLayer::new(x_request_id, MakeRequestUuid));

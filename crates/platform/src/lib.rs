@@ -11,6 +11,7 @@ pub mod config;
 pub mod db;
 pub mod http;
 pub mod limit;
+pub mod metrics;
 pub mod nats;
 pub mod s3;
 pub mod service;

@@ -164,6 +164,8 @@ async fn read(
 
 /// Uploads verified at once by the sweeper.
 const SWEEP_CONCURRENCY: usize = 8;
+/// Pending uploads a sweep takes on (the queue depth `/metrics` shows is capped by it).
+const SWEEP_BATCH: i64 = 100;
 
 /// Verifies pending uploads in the background (several at once) and forgets those never
 /// completed. The per-owner cap on unfinished uploads bounds how many there can be.
@@ -179,13 +181,15 @@ pub(crate) async fn sweep(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let pending = match store::pending(&pool, 100).await {
+        let pending = match store::pending(&pool, SWEEP_BATCH).await {
             Ok(pending) => pending,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot list pending uploads");
                 continue;
             }
         };
+        #[expect(clippy::cast_precision_loss, reason = "a gauge is an f64; at most 100")]
+        metrics::gauge!("switchboard_verification_queue_depth").set(pending.len() as f64);
         futures::stream::iter(pending)
             .for_each_concurrent(SWEEP_CONCURRENCY, |file| {
                 let (s3, pool) = (&s3, &pool);

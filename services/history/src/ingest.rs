@@ -63,6 +63,18 @@ impl Ingest {
     }
 
     pub(crate) async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let lag = [
+            (self.runs.clone(), HISTORY_RUNS_CONSUMER),
+            (self.events.clone(), HISTORY_EVENTS_CONSUMER),
+        ]
+        .map(|(consumer, name)| {
+            platform::metrics::watch_consumer_lag(
+                consumer,
+                name,
+                Duration::from_secs(5),
+                shutdown.clone(),
+            )
+        });
         let pool = &self.pool;
         let runs = consume(&self.runs, shutdown.clone(), |payload| async move {
             match serde_json::from_slice::<RunTask>(&payload) {
@@ -81,6 +93,7 @@ impl Ingest {
             }
         });
         let (runs, events) = tokio::join!(runs, events);
+        lag.iter().for_each(tokio::task::JoinHandle::abort);
         runs.and(events)
     }
 }

@@ -120,6 +120,7 @@ impl Acceptor {
             }
         }
         if self.publish(&subject, &task).await? {
+            metrics::counter!("switchboard_runs_accepted_total").increment(1);
             tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
             return Ok(response(&task));
         }
@@ -152,6 +153,7 @@ fn answer_retry(
         && original.conversation == task.conversation
         && original.resumed == task.resumed
     {
+        metrics::counter!("switchboard_runs_retries_recognised_total").increment(1);
         tracing::info!(task.id = %original.task_id, "retried run request answered with the original task");
         Ok(response(&original))
     } else {

@@ -13,6 +13,7 @@ pub(crate) struct StreamQuota {
 pub(crate) struct StreamPermit {
     quota: StreamQuota,
     owner: String,
+    _open: platform::metrics::GaugeGuard,
 }
 
 impl StreamQuota {
@@ -24,8 +25,9 @@ impl StreamQuota {
         }
     }
 
-    /// A permit for one more stream of `owner`, or `None` when the owner holds `max` already.
-    pub(crate) fn acquire(&self, owner: &str) -> Option<StreamPermit> {
+    /// A permit for one more stream of `owner` over `transport` (`sse`, `websocket`: the label
+    /// of `switchboard_open_streams`), or `None` when the owner holds `max` already.
+    pub(crate) fn acquire(&self, owner: &str, transport: &'static str) -> Option<StreamPermit> {
         let mut open = self.open.lock().ok()?;
         let count = open.entry(owner.to_owned()).or_default();
         if *count >= self.max {
@@ -35,6 +37,10 @@ impl StreamQuota {
         Some(StreamPermit {
             quota: self.clone(),
             owner: owner.to_owned(),
+            _open: platform::metrics::GaugeGuard::new(metrics::gauge!(
+                "switchboard_open_streams",
+                "transport" => transport
+            )),
         })
     }
 }
@@ -59,14 +65,14 @@ mod tests {
     #[test]
     fn an_owner_holds_at_most_max_streams_and_a_closed_one_frees_its_place() {
         let quota = StreamQuota::new(2);
-        let first = quota.acquire("alice");
-        let second = quota.acquire("alice");
+        let first = quota.acquire("alice", "sse");
+        let second = quota.acquire("alice", "sse");
         assert!(first.is_some() && second.is_some());
-        assert!(quota.acquire("alice").is_none(), "a third is refused");
-        assert!(quota.acquire("bob").is_some(), "per owner");
+        assert!(quota.acquire("alice", "sse").is_none(), "a third is refused");
+        assert!(quota.acquire("bob", "sse").is_some(), "per owner");
         drop(first);
         assert!(
-            quota.acquire("alice").is_some(),
+            quota.acquire("alice", "sse").is_some(),
             "a closed stream frees its place"
         );
     }

@@ -480,7 +480,7 @@ async fn follow(
 ) -> Result<Response, ApiError> {
     let permit = state
         .streams
-        .acquire(owner.as_str())
+        .acquire(owner.as_str(), "sse")
         .ok_or(ApiError::TooManyStreams)?;
     let events = match state.events.follow(task_id, after, ended).await {
         Ok(events) => events,

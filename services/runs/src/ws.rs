@@ -91,7 +91,7 @@ pub(crate) async fn websocket(
         Some(Some(at)) => Some(at),
         Some(None) => return bad_cursor(),
     };
-    let Some(permit) = state.streams.acquire(owner.as_str()) else {
+    let Some(permit) = state.streams.acquire(owner.as_str(), "websocket") else {
         return ErrorResponse::new(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::RateLimited,

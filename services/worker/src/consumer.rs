@@ -109,6 +109,18 @@ async fn reconcile_consumer(
     }
 }
 
+/// How often the consumer's lag is read for `/metrics`.
+const LAG_EVERY: Duration = Duration::from_secs(5);
+
+/// The `outcome` label of `switchboard_runs_finished_total`.
+fn outcome_label(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Completed => "completed",
+        RunStatus::Cancelled => "cancelled",
+        RunStatus::Queued | RunStatus::Running | RunStatus::Failed => "failed",
+    }
+}
+
 enum Processed {
     /// The run ended (or had ended before): ack.
     Done,
@@ -176,6 +188,12 @@ impl RunConsumer {
             self.buckets.clone(),
             shutdown.clone(),
         ));
+        let lag = platform::metrics::watch_consumer_lag(
+            self.consumer.clone(),
+            WORKER_CONSUMER,
+            LAG_EVERY,
+            shutdown.clone(),
+        );
         let running = Arc::clone(&self.running);
         let listener = tokio::spawn(
             cancels
@@ -201,6 +219,7 @@ impl RunConsumer {
         .await;
         listener.abort();
         sweeper.abort();
+        lag.abort();
         tracing::info!("worker consumer stopped");
         Ok(())
     }
@@ -353,6 +372,8 @@ impl RunConsumer {
             // NATS). Running the agent again would repeat what it already streamed: the run
             // ends failed, after the events it has, deterministically.
             let end = self.end_lost_run(task).await?;
+            metrics::counter!("switchboard_runs_finished_total", "outcome" => "worker_lost")
+                .increment(1);
             self.set_status(task.task_id, end.0, end.1).await?;
             self.buckets
                 .release_thread(owner, thread_id, task.task_id)
@@ -363,11 +384,17 @@ impl RunConsumer {
         if let Ok(mut running) = self.running.lock() {
             running.insert(task.task_id, token.clone());
         }
+        metrics::counter!("switchboard_runs_started_total").increment(1);
+        let in_flight =
+            platform::metrics::GaugeGuard::new(metrics::gauge!("switchboard_runs_in_flight"));
         let outcome = self.run_agent(task, token).await;
+        drop(in_flight);
         if let Ok(mut running) = self.running.lock() {
             running.remove(&task.task_id);
         }
         let end = outcome?;
+        metrics::counter!("switchboard_runs_finished_total", "outcome" => outcome_label(end.0))
+            .increment(1);
         self.set_status(task.task_id, end.0, end.1).await?;
         self.buckets
             .release_thread(owner, thread_id, task.task_id)
