@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use test_support::Infra;
 use tokio_util::sync::CancellationToken;
 
+pub mod cluster;
 pub mod gateway;
 
 /// How long a test waits for something that happens asynchronously (a run reaching history).
@@ -623,7 +624,11 @@ pub struct ProcessPlatform {
     env: Vec<(String, String)>,
 }
 
-fn start_binary(service: &str, port: u16, env: &[(String, String)]) -> anyhow::Result<Child> {
+pub(crate) fn start_binary(
+    service: &str,
+    port: u16,
+    env: &[(String, String)],
+) -> anyhow::Result<Child> {
     let addr_var = format!("SB_{}_ADDR", service.to_uppercase());
     Command::new(binary(&format!("switchboard-{service}"))?)
         .env_clear()

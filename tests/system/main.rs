@@ -5,6 +5,7 @@ mod agents;
 mod agui;
 mod attachment_content;
 mod browser;
+mod cluster;
 mod extraction_bounds;
 mod first_run;
 mod fleet;

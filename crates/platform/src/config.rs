@@ -180,6 +180,40 @@ impl Env {
             url: self.or("SB_NATS_URL", "nats://127.0.0.1:4222".to_owned())?,
             names,
             limits,
+            credentials: self.nats_credentials()?,
+        })
+    }
+
+    /// The service's NATS user and TLS settings (`SB_NATS_USER`, `SB_NATS_PASSWORD`,
+    /// `SB_NATS_CREDS_FILE`, `SB_NATS_TLS_*`).
+    fn nats_credentials(&self) -> Result<crate::nats_auth::NatsCredentials, ConfigError> {
+        let user: Option<String> = self.optional("SB_NATS_USER")?;
+        let password = self.raw("SB_NATS_PASSWORD").map(SecretString::from);
+        if user.is_some() && password.is_none() {
+            return Err(ConfigError::Invalid {
+                name: "SB_NATS_PASSWORD".to_owned(),
+                reason: "required with SB_NATS_USER".to_owned(),
+            });
+        }
+        let cert: Option<std::path::PathBuf> = self.optional("SB_NATS_TLS_CERT_FILE")?;
+        let key: Option<std::path::PathBuf> = self.optional("SB_NATS_TLS_KEY_FILE")?;
+        let tls_client = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    name: "SB_NATS_TLS_CERT_FILE".to_owned(),
+                    reason: "a client certificate needs SB_NATS_TLS_KEY_FILE too".to_owned(),
+                });
+            }
+        };
+        Ok(crate::nats_auth::NatsCredentials {
+            user,
+            password,
+            creds_file: self.optional("SB_NATS_CREDS_FILE")?,
+            tls_ca_file: self.optional("SB_NATS_TLS_CA_FILE")?,
+            tls_client,
+            tls_required: self.or("SB_NATS_TLS_REQUIRED", false)?,
         })
     }
 

@@ -13,6 +13,7 @@ pub mod http;
 pub mod limit;
 pub mod metrics;
 pub mod nats;
+pub mod nats_auth;
 pub mod s3;
 pub mod service;
 pub mod shutdown;

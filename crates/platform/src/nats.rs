@@ -13,12 +13,14 @@ use crate::http::Probe;
 /// NATS settings.
 #[derive(Debug, Clone)]
 pub struct NatsConfig {
-    /// Server URL.
+    /// Server URL, or several comma-separated (the nodes of a cluster).
     pub url: String,
     /// Stream and subject names of this deployment.
     pub names: Names,
     /// Replicas and limits of the streams and buckets.
     pub limits: StreamLimits,
+    /// The service's NATS user and TLS settings.
+    pub credentials: crate::nats_auth::NatsCredentials,
 }
 
 /// Replication and size limits of the JetStream streams and KV buckets, from configuration
@@ -66,11 +68,36 @@ pub async fn connect(
     config: &NatsConfig,
     name: &str,
 ) -> anyhow::Result<(async_nats::Client, jetstream::Context)> {
-    let client = async_nats::ConnectOptions::new()
+    let credentials = &config.credentials;
+    let mut options = async_nats::ConnectOptions::new()
         .name(name)
+        .custom_inbox_prefix(crate::nats_auth::inbox_prefix(name))
         .retry_on_initial_connect()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(&config.url)
+        .connection_timeout(Duration::from_secs(5));
+    if let Some(path) = &credentials.creds_file {
+        options = options
+            .credentials_file(path)
+            .await
+            .with_context(|| format!("cannot read the NATS credentials {}", path.display()))?;
+    } else if let Some(user) = &credentials.user {
+        let password = credentials
+            .password
+            .as_ref()
+            .map(|p| secrecy::ExposeSecret::expose_secret(p).to_owned())
+            .unwrap_or_default();
+        options = options.user_and_password(user.clone(), password);
+    }
+    if let Some(ca) = &credentials.tls_ca_file {
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let Some((cert, key)) = &credentials.tls_client {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    // `SB_NATS_URL` may name every node of a cluster: "nats://a:4222,nats://b:4222".
+    let servers: Vec<&str> = config.url.split(',').map(str::trim).collect();
+    let client = options
+        .require_tls(credentials.tls_required)
+        .connect(servers)
         .await
         .with_context(|| format!("cannot connect to NATS at {}", config.url))?;
     let js = jetstream::new(client.clone());

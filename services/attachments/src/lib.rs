@@ -249,20 +249,25 @@ impl platform::service::Service for Application {
 
     /// Applies the `attachments` schema's migrations.
     async fn migrate(env: &Env) -> anyhow::Result<()> {
-        platform::db::migrate(&env.secret("SB_ATTACHMENTS_DATABASE_URL")?, SCHEMA, &MIGRATOR).await
+        platform::db::migrate(
+            &env.secret("SB_ATTACHMENTS_DATABASE_URL")?,
+            SCHEMA,
+            &MIGRATOR,
+        )
+        .await
     }
 
     /// Migrates the schema, makes sure the bucket exists, binds the listener.
     async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
-        let pool =
-            platform::db::connect(
-                &config.database_url,
-                SCHEMA,
-                &MIGRATOR,
-                16,
-                config.migrate_on_start,
-            ).await?;
+        let pool = platform::db::connect(
+            &config.database_url,
+            SCHEMA,
+            &MIGRATOR,
+            16,
+            config.migrate_on_start,
+        )
+        .await?;
         let s3 = platform::s3::client(&config.s3);
         platform::s3::ensure_bucket(&s3, &config.s3.bucket).await?;
         let (client, js) = platform::nats::connect(&config.nats, "attachments").await?;

@@ -95,14 +95,14 @@ impl platform::service::Service for Application {
     /// Migrates the schema, connects to NATS, creates the durable consumers, binds the listener.
     async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
-        let pool =
-            platform::db::connect(
-                &config.database_url,
-                SCHEMA,
-                &MIGRATOR,
-                16,
-                config.migrate_on_start,
-            ).await?;
+        let pool = platform::db::connect(
+            &config.database_url,
+            SCHEMA,
+            &MIGRATOR,
+            16,
+            config.migrate_on_start,
+        )
+        .await?;
         let time_zones = Arc::new(store::time_zone_names(&pool).await?.into_iter().collect());
         let (client, js) = platform::nats::connect(&config.nats, "history").await?;
         let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));

@@ -68,7 +68,10 @@ mod tests {
         let first = quota.acquire("alice", "sse");
         let second = quota.acquire("alice", "sse");
         assert!(first.is_some() && second.is_some());
-        assert!(quota.acquire("alice", "sse").is_none(), "a third is refused");
+        assert!(
+            quota.acquire("alice", "sse").is_none(),
+            "a third is refused"
+        );
         assert!(quota.acquire("bob", "sse").is_some(), "per owner");
         drop(first);
         assert!(

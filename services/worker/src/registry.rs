@@ -52,9 +52,23 @@ impl AgentSet {
     }
 
     /// Writes every card to the agents bucket (a replica with the same agents writes the same).
+    ///
+    /// On a cluster, a bucket just created may not take writes on every node yet (its
+    /// subjects' interest is still spreading: "no stream found"): a few tries, 0.2 s apart.
     pub async fn register(&self, kv: &JsonKv) -> anyhow::Result<()> {
         for (name, (_, card)) in &self.agents {
-            kv.put(&agent_key(name), card).await?;
+            let mut tries = 0;
+            loop {
+                match kv.put(&agent_key(name), card).await {
+                    Ok(_) => break,
+                    Err(err) if tries < 25 => {
+                        tries += 1;
+                        tracing::debug!(error = %err, "agent card not written yet, retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
         }
         Ok(())
     }

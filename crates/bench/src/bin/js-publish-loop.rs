@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         url,
         names: settings.names.clone(),
         limits: platform::nats::StreamLimits::default(),
+        credentials: platform::nats_auth::NatsCredentials::default(),
     };
     let (_client, js) = platform::nats::connect(&config, "bench-js-publish-loop").await?;
     match args

@@ -32,6 +32,7 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned()),
         names: Names::new(&prefix)?,
         limits: StreamLimits::default(),
+        credentials: platform::nats_auth::NatsCredentials::default(),
     };
     let runs: usize = args.parsed("runs", "BENCH_RUNS", 60)?;
     let max_time = Duration::from_secs(args.parsed("max-seconds", "BENCH_MAX_SECONDS", 120)?);

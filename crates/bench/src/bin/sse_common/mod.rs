@@ -53,6 +53,7 @@ impl Bench {
             url: nats_url.clone(),
             names: names.clone(),
             limits: platform::nats::StreamLimits::default(),
+            credentials: platform::nats_auth::NatsCredentials::default(),
         };
         let (_client, js) = platform::nats::connect(&config, name).await?;
         let http = reqwest::Client::builder()

@@ -1,0 +1,301 @@
+//! Who may say what on the bus: each service connects as its own NATS user, allowed to publish
+//! and subscribe to the subjects it needs and nothing else, optionally over TLS.
+//!
+//! [`permissions`] is the one table of those subjects, derived from the same [`Names`] the
+//! services use; [`authorization_block`] renders it as the `authorization` block of a
+//! nats-server configuration (`switchboard-nats-config` prints it for deployments, the cluster
+//! tests load it). A service's replies go to its own inbox prefix (`_INBOX_<service>.`), so no
+//! service can read another's replies; request/reply endpoints answer with
+//! `allow_responses` (only to the reply subject of a request they received).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use protocol::messaging::Names;
+use secrecy::SecretString;
+
+/// How a service authenticates to NATS and whether the connection is TLS.
+#[derive(Debug, Clone, Default)]
+pub struct NatsCredentials {
+    /// `SB_NATS_USER`: the service's user (unset: no authentication, local development).
+    pub user: Option<String>,
+    /// `SB_NATS_PASSWORD`: its password (required with a user).
+    pub password: Option<SecretString>,
+    /// `SB_NATS_CREDS_FILE`: a `.creds` file (JWT + nkey) instead of user and password.
+    pub creds_file: Option<PathBuf>,
+    /// `SB_NATS_TLS_CA_FILE`: the CA that signed the servers' certificates.
+    pub tls_ca_file: Option<PathBuf>,
+    /// `SB_NATS_TLS_CERT_FILE` and `SB_NATS_TLS_KEY_FILE`: a client certificate (mutual TLS).
+    pub tls_client: Option<(PathBuf, PathBuf)>,
+    /// `SB_NATS_TLS_REQUIRED`: refuse a server that does not speak TLS.
+    pub tls_required: bool,
+}
+
+/// The services that connect to NATS.
+pub const SERVICES: [&str; 4] = ["attachments", "runs", "history", "worker"];
+
+/// What one service may publish and subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Subjects it may publish to.
+    pub publish: Vec<String>,
+    /// Subjects it may subscribe to.
+    pub subscribe: Vec<String>,
+    /// Whether it answers requests (may publish to the reply subject of a request it got).
+    pub responds: bool,
+}
+
+/// The inbox prefix of `service`: replies to its requests and its consumers' deliveries.
+pub fn inbox_prefix(service: &str) -> String {
+    format!("_INBOX_{service}")
+}
+
+/// The JetStream API subjects that manage and read `stream` (create, update and inspect it,
+/// get messages, create and pull from consumers, acknowledge). Not: delete it, purge it.
+fn stream_access(stream: &str) -> Vec<String> {
+    [
+        "$JS.API.STREAM.INFO.{s}",
+        "$JS.API.STREAM.CREATE.{s}",
+        "$JS.API.STREAM.UPDATE.{s}",
+        "$JS.API.STREAM.MSG.GET.{s}",
+        "$JS.API.DIRECT.GET.{s}",
+        "$JS.API.DIRECT.GET.{s}.>",
+        "$JS.API.CONSUMER.CREATE.{s}",
+        "$JS.API.CONSUMER.CREATE.{s}.>",
+        "$JS.API.CONSUMER.DURABLE.CREATE.{s}.*",
+        "$JS.API.CONSUMER.INFO.{s}.*",
+        "$JS.API.CONSUMER.DELETE.{s}.*",
+        "$JS.API.CONSUMER.MSG.NEXT.{s}.*",
+        "$JS.ACK.{s}.>",
+        "$JS.FC.{s}.>",
+    ]
+    .iter()
+    .map(|pattern| pattern.replace("{s}", stream))
+    .collect()
+}
+
+/// A KV bucket: its stream's API and writing its keys.
+fn bucket_access(bucket: &str) -> Vec<String> {
+    let mut subjects = stream_access(&format!("KV_{bucket}"));
+    subjects.push(format!("$KV.{bucket}.>"));
+    subjects
+}
+
+/// The subjects `service` needs, or `None` for a service that does not connect to NATS.
+pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
+    let prefix = names.prefix();
+    let streams = || {
+        let mut subjects = vec!["$JS.API.INFO".to_owned()];
+        subjects.extend(stream_access(&names.runs_stream()));
+        subjects.extend(stream_access(&names.run_events_stream()));
+        subjects
+    };
+    let buckets = || {
+        [
+            names.agents_bucket(),
+            names.run_status_bucket(),
+            names.thread_locks_bucket(),
+            names.prompts_bucket(),
+            names.prompt_deadlines_bucket(),
+        ]
+        .iter()
+        .flat_map(|bucket| bucket_access(bucket))
+        .collect::<Vec<_>>()
+    };
+    let inbox = format!("{}.>", inbox_prefix(service));
+    let permissions = match service {
+        // Answers resolve, sign, register and generated-upload; asks nothing.
+        "attachments" => Permissions {
+            // Account info only: its readiness probe.
+            publish: vec!["$JS.API.INFO".to_owned()],
+            subscribe: vec![inbox, format!("{prefix}.attachments.*")],
+            responds: true,
+        },
+        // Accepts runs, cancels them, follows their events, admits files, waits for history.
+        "runs" => Permissions {
+            publish: [
+                names.runs_subjects(),
+                names.run_events_subjects(),
+                names.run_cancel_subjects(),
+                names.attachments_resolve_subject(),
+                names.history_progress_subject(),
+            ]
+            .into_iter()
+            .chain(streams())
+            .chain(buckets())
+            .collect(),
+            subscribe: vec![inbox, names.run_events_subjects()],
+            responds: false,
+        },
+        // Consumes runs and events into PostgreSQL, signs download links, says how far it is.
+        "history" => Permissions {
+            publish: [names.attachments_sign_subject()]
+                .into_iter()
+                .chain(streams())
+                .collect(),
+            subscribe: vec![inbox, names.history_progress_subject()],
+            responds: true,
+        },
+        // Runs agents: publishes their events, reads and registers files, hears cancels.
+        "worker" => Permissions {
+            publish: [
+                names.run_events_subjects(),
+                names.attachments_resolve_subject(),
+                names.attachments_register_subject(),
+                names.attachments_generated_upload_subject(),
+            ]
+            .into_iter()
+            .chain(streams())
+            .chain(buckets())
+            .collect(),
+            subscribe: vec![inbox, names.run_cancel_subjects()],
+            responds: false,
+        },
+        _ => return None,
+    };
+    Some(permissions)
+}
+
+/// The `authorization` block of a nats-server configuration: one user per service with its
+/// [`permissions`], its password read from the server's environment
+/// (`$SB_NATS_PASSWORD_<SERVICE>`), and `admin` (`$SB_NATS_PASSWORD_ADMIN`) for operators'
+/// tools with every permission.
+pub fn authorization_block(names: &Names) -> String {
+    let quoted = |subjects: &[String]| {
+        subjects
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut block = String::from("authorization {\n  users = [\n");
+    for service in SERVICES {
+        let Some(p) = permissions(names, service) else {
+            continue;
+        };
+        let var = format!("SB_NATS_PASSWORD_{}", service.to_uppercase());
+        let _ = writeln!(
+            block,
+            "    {{ user: \"{service}\", password: ${var}, permissions: {{"
+        );
+        if p.publish.is_empty() {
+            // Nothing but answers (`allow_responses`); an empty allow list would allow all.
+            block.push_str("      publish: { deny: [\">\"] }\n");
+        } else {
+            let _ = writeln!(
+                block,
+                "      publish: {{ allow: [{}] }}",
+                quoted(&p.publish)
+            );
+        }
+        let _ = writeln!(
+            block,
+            "      subscribe: {{ allow: [{}] }}",
+            quoted(&p.subscribe)
+        );
+        if p.responds {
+            let _ = writeln!(block, "      allow_responses: true");
+        }
+        block.push_str("    } },\n");
+    }
+    block.push_str("    { user: \"admin\", password: $SB_NATS_PASSWORD_ADMIN }\n  ]\n}\n");
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Names {
+        Names::new("sb").unwrap()
+    }
+
+    fn allowed(subjects: &[String], subject: &str) -> bool {
+        subjects.iter().any(|pattern| matches(pattern, subject))
+    }
+
+    /// NATS subject matching: `*` one token, `>` the rest.
+    fn matches(pattern: &str, subject: &str) -> bool {
+        let (mut p, mut s) = (pattern.split('.'), subject.split('.'));
+        loop {
+            match (p.next(), s.next()) {
+                (Some(">"), Some(_)) => return true,
+                (Some("*"), Some(_)) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_services_that_need_them_may_call_the_attachments_endpoints() {
+        let names = names();
+        let callers = |subject: &str| {
+            SERVICES
+                .iter()
+                .filter(|s| allowed(&permissions(&names, s).unwrap().publish, subject))
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(callers(&names.attachments_sign_subject()), ["history"]);
+        assert_eq!(
+            callers(&names.attachments_resolve_subject()),
+            ["runs", "worker"]
+        );
+        assert_eq!(callers(&names.attachments_register_subject()), ["worker"]);
+        assert_eq!(
+            callers(&names.attachments_generated_upload_subject()),
+            ["worker"]
+        );
+        assert_eq!(callers(&names.history_progress_subject()), ["runs"]);
+        let task = uuid::Uuid::now_v7();
+        assert_eq!(callers(&names.run_event_subject(task)), ["runs", "worker"]);
+        assert_eq!(
+            callers(&names.run_accepted_subject("o", "t", "r")),
+            ["runs"]
+        );
+        assert_eq!(callers(&names.run_cancel_subject(task)), ["runs"]);
+    }
+
+    #[test]
+    fn a_service_reads_only_its_own_inbox_and_no_service_may_delete_a_stream() {
+        let names = names();
+        for service in SERVICES {
+            let p = permissions(&names, service).unwrap();
+            for other in SERVICES.iter().filter(|o| **o != service) {
+                assert!(
+                    !allowed(&p.subscribe, &format!("{}.x", inbox_prefix(other))),
+                    "{service} reads {other}'s replies"
+                );
+            }
+            assert!(
+                !allowed(&p.subscribe, "_INBOX.x"),
+                "{service}: the shared inbox"
+            );
+            assert!(!allowed(
+                &p.publish,
+                &format!("$JS.API.STREAM.DELETE.{}", names.runs_stream())
+            ));
+            assert!(!allowed(
+                &p.publish,
+                &format!("$JS.API.STREAM.PURGE.{}", names.runs_stream())
+            ));
+        }
+        assert!(permissions(&names, "gateway").is_none());
+    }
+
+    #[test]
+    fn the_block_names_every_service_with_its_password_variable() {
+        let block = authorization_block(&names());
+        for service in SERVICES {
+            assert!(block.contains(&format!("user: \"{service}\"")), "{block}");
+            assert!(block.contains(&format!("$SB_NATS_PASSWORD_{}", service.to_uppercase())));
+        }
+        assert_eq!(
+            block.matches("allow_responses: true").count(),
+            2,
+            "attachments and history"
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! The production-shaped topology on one machine, for the tests that break it: a 3-node NATS
+//! JetStream cluster with a user per service (`platform::nats_auth`), two (or more) replicas of
+//! every service binary connected as those users, and the gateway in front of them.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use protocol::messaging::Names;
+use secrecy::ExposeSecret as _;
+use test_support::Infra;
+
+use crate::gateway::{Gateway, Upstreams, workspace_root};
+use crate::{EVENTUAL, free_port, start_binary};
+
+/// The nats-server binary: `SB_TEST_NATS_SERVER`, the one `scripts/infra.sh` installed, or
+/// the one on the `PATH`.
+fn nats_server() -> PathBuf {
+    if let Ok(path) = std::env::var("SB_TEST_NATS_SERVER") {
+        return PathBuf::from(path);
+    }
+    let installed = workspace_root().join(".data/tools/venv/bin/nats-server");
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("nats-server")
+    }
+}
+
+/// The password of `user` on a test cluster.
+fn password(user: &str) -> String {
+    format!("{user}-test-password")
+}
+
+struct Node {
+    name: String,
+    client_port: u16,
+    monitor_port: u16,
+    config: PathBuf,
+    child: Option<Child>,
+}
+
+/// A NATS cluster of JetStream nodes on loopback, each with its own store, the services'
+/// users and permissions, and an `admin` user for the test itself.
+pub struct NatsCluster {
+    nodes: Vec<Node>,
+    dir: PathBuf,
+    /// The prefix of the deployment the permissions are made for.
+    pub names: Names,
+}
+
+impl NatsCluster {
+    /// Starts `size` nodes and waits until every one is healthy (JetStream has a meta leader).
+    pub async fn start(size: usize, names: Names) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("sb-nats-cluster-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir)?;
+        let ports: Vec<(u16, u16, u16)> = (0..size)
+            .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+            .collect::<anyhow::Result<_>>()?;
+        let routes = ports
+            .iter()
+            .map(|(_, route, _)| format!("\"nats-route://127.0.0.1:{route}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let authorization = platform::nats_auth::authorization_block(&names);
+        let mut nodes = Vec::new();
+        for (index, (client, route, monitor)) in ports.into_iter().enumerate() {
+            let name = format!("n{}", index + 1);
+            let store = dir.join(&name);
+            let config = dir.join(format!("{name}.conf"));
+            std::fs::write(
+                &config,
+                format!(
+                    "server_name: {name}\nlisten: 127.0.0.1:{client}\nhttp: 127.0.0.1:{monitor}\n\
+                     log_file: \"{}\"\n\
+                     jetstream {{ store_dir: \"{}\", max_file_store: 4GB, max_memory_store: 256MB }}\n\
+                     cluster {{ name: sbtest, listen: 127.0.0.1:{route}, routes: [{routes}] }}\n\
+                     {authorization}",
+                    dir.join(format!("{name}.log")).display(),
+                    store.display()
+                ),
+            )?;
+            nodes.push(Node {
+                name,
+                client_port: client,
+                monitor_port: monitor,
+                config,
+                child: None,
+            });
+        }
+        let mut cluster = Self { nodes, dir, names };
+        for index in 0..size {
+            cluster.spawn(index)?;
+        }
+        for index in 0..size {
+            cluster.wait_healthy(index).await?;
+        }
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, index: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[index];
+        let mut command = Command::new(nats_server());
+        command.arg("-c").arg(&node.config);
+        for user in platform::nats_auth::SERVICES.iter().chain(&["admin"]) {
+            command.env(
+                format!("SB_NATS_PASSWORD_{}", user.to_uppercase()),
+                password(user),
+            );
+        }
+        node.child = Some(
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot start nats-server (scripts/infra.sh installs it)")?,
+        );
+        Ok(())
+    }
+
+    /// Waits until node `index` says it is healthy (`/healthz`: JetStream current with its
+    /// meta leader).
+    pub async fn wait_healthy(&self, index: usize) -> anyhow::Result<()> {
+        let url = format!(
+            "http://127.0.0.1:{}/healthz",
+            self.nodes[index].monitor_port
+        );
+        let http = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + EVENTUAL * 3;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(response) = http.get(&url).send().await
+                && response.status().is_success()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("NATS node {} never became healthy", self.nodes[index].name)
+    }
+
+    /// Every node's client URL, comma-separated (what `SB_NATS_URL` takes).
+    pub fn url(&self) -> String {
+        self.urls().join(",")
+    }
+
+    /// Every node's client URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("nats://127.0.0.1:{}", n.client_port))
+            .collect()
+    }
+
+    /// Kills node `index` with SIGKILL (a node lost, not shut down).
+    pub fn kill(&mut self, index: usize) -> anyhow::Result<()> {
+        if let Some(mut child) = self.nodes[index].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts node `index` again on its store and waits until it is healthy.
+    pub async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        self.spawn(index)?;
+        self.wait_healthy(index).await
+    }
+
+    /// A client connected as `admin` (every permission), for checks and clean-up.
+    pub async fn admin(&self) -> anyhow::Result<async_nats::Client> {
+        Ok(
+            async_nats::ConnectOptions::with_user_and_password("admin".into(), password("admin"))
+                .connect(self.urls())
+                .await?,
+        )
+    }
+
+    /// A client connected as `user` with its password.
+    pub async fn connect_as(&self, user: &str) -> anyhow::Result<async_nats::Client> {
+        Ok(
+            async_nats::ConnectOptions::with_user_and_password(user.into(), password(user))
+                .custom_inbox_prefix(platform::nats_auth::inbox_prefix(user))
+                .connect(self.urls())
+                .await?,
+        )
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // A failed test leaves the nodes' logs (permission violations are logged there).
+        if std::thread::panicking() || std::env::var_os("SB_TEST_KEEP_NATS_LOGS").is_some() {
+            eprintln!("NATS cluster logs kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// One replica of a service binary.
+struct Replica {
+    service: &'static str,
+    port: u16,
+    child: Option<Child>,
+}
+
+/// Every service as `replicas` processes on the cluster, connected as their own NATS users,
+/// with streams and buckets of 3 replicas, and the gateway routing to all of them.
+pub struct Fleet {
+    /// The gateway's origin: what clients use.
+    pub gateway: Gateway,
+    /// The NATS cluster.
+    pub nats: NatsCluster,
+    /// Infrastructure and token minting.
+    pub infra: Infra,
+    replicas: Vec<Replica>,
+    env: Vec<(String, String)>,
+}
+
+/// The services a fleet runs, in start order.
+pub const SERVICES: [&str; 4] = ["attachments", "history", "runs", "worker"];
+
+impl Fleet {
+    /// Starts the cluster, `replicas` of every service and the gateway; ready when it returns.
+    pub async fn start(replicas: usize, extra_env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let infra = Infra::from_env();
+        let names = infra.fresh_nats().names;
+        let nats = NatsCluster::start(3, names.clone()).await?;
+        let s3 = infra.fresh_s3();
+        let database = infra.fresh_database().await?;
+        let gateway_port = free_port()?;
+        let mut env: Vec<(String, String)> = vec![
+            ("SB_NATS_URL".into(), nats.url()),
+            ("SB_NATS_PREFIX".into(), names.prefix().to_owned()),
+            ("SB_NATS_REPLICAS".into(), "3".into()),
+            ("SB_JWT_ALG".into(), "HS256".into()),
+            ("SB_JWT_SECRET".into(), infra.jwt_secret.clone()),
+            (
+                "SB_S3_ENDPOINT".into(),
+                s3.endpoint.clone().unwrap_or_default(),
+            ),
+            ("SB_S3_ACCESS_KEY".into(), s3.access_key.clone()),
+            (
+                "SB_S3_SECRET_KEY".into(),
+                s3.secret_key.expose_secret().to_owned(),
+            ),
+            ("SB_S3_BUCKET".into(), s3.bucket.clone()),
+            (
+                "SB_HISTORY_DATABASE_URL".into(),
+                database.expose_secret().to_owned(),
+            ),
+            (
+                "SB_ATTACHMENTS_DATABASE_URL".into(),
+                database.expose_secret().to_owned(),
+            ),
+            (
+                "SB_ATTACHMENTS_PUBLIC_URL".into(),
+                format!("http://127.0.0.1:{gateway_port}"),
+            ),
+            ("SB_RUNS_RATE_PER_MINUTE".into(), "100000".into()),
+            ("SB_RUNS_RATE_BURST".into(), "100000".into()),
+            ("RUST_LOG".into(), "warn".into()),
+            // A killed worker's run is taken over within seconds, not the default 30 s.
+            ("SB_WORKER_ACK_WAIT_SECS".into(), "3".into()),
+        ];
+        env.extend(
+            test_support::TEST_STREAM_LIMITS
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+        );
+        env.extend(
+            extra_env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        let mut fleet_replicas = Vec::new();
+        for service in SERVICES {
+            for _ in 0..replicas {
+                fleet_replicas.push(Replica {
+                    service,
+                    port: free_port()?,
+                    child: None,
+                });
+            }
+        }
+        let upstream = |service: &str| {
+            fleet_replicas
+                .iter()
+                .filter(|r| r.service == service)
+                .map(|r| format!("127.0.0.1:{}", r.port))
+                .collect()
+        };
+        let upstreams = Upstreams {
+            runs: upstream("runs"),
+            history: upstream("history"),
+            attachments: upstream("attachments"),
+        };
+        let gateway = Gateway::start(gateway_port, &upstreams, None).await?;
+        let mut fleet = Self {
+            gateway,
+            nats,
+            infra,
+            replicas: fleet_replicas,
+            env,
+        };
+        for index in 0..fleet.replicas.len() {
+            fleet.spawn(index)?;
+        }
+        for index in 0..fleet.replicas.len() {
+            fleet.wait_ready(index).await?;
+        }
+        Ok(fleet)
+    }
+
+    fn index(&self, service: &str, replica: usize) -> anyhow::Result<usize> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.service == service)
+            .nth(replica)
+            .map(|(index, _)| index)
+            .with_context(|| format!("no replica {replica} of {service}"))
+    }
+
+    fn spawn(&mut self, index: usize) -> anyhow::Result<()> {
+        let replica = &self.replicas[index];
+        let mut env = self.env.clone();
+        env.push(("SB_NATS_USER".into(), replica.service.to_owned()));
+        env.push(("SB_NATS_PASSWORD".into(), password(replica.service)));
+        let child = start_binary(replica.service, replica.port, &env)?;
+        self.replicas[index].child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_ready(&self, index: usize) -> anyhow::Result<()> {
+        let replica = &self.replicas[index];
+        let url = format!("http://127.0.0.1:{}/readyz", replica.port);
+        let http = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + EVENTUAL * 3;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(response) = http.get(&url).send().await
+                && response.status().is_success()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("{} on {} never became ready", replica.service, replica.port)
+    }
+
+    /// The base URL of one replica (its own port, bypassing the gateway).
+    pub fn replica_url(&self, service: &str, replica: usize) -> anyhow::Result<String> {
+        let index = self.index(service, replica)?;
+        Ok(format!("http://127.0.0.1:{}", self.replicas[index].port))
+    }
+
+    /// SIGKILL to one replica (a crashed pod), then starts it again and waits until ready.
+    pub async fn crash_and_restart(&mut self, service: &str, replica: usize) -> anyhow::Result<()> {
+        let index = self.index(service, replica)?;
+        if let Some(mut child) = self.replicas[index].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        self.spawn(index)?;
+        self.wait_ready(index).await
+    }
+
+    /// A rolling restart's step: SIGTERM to one replica, waits for it to drain and exit
+    /// (returning its exit code), then starts it again and waits until ready.
+    pub async fn restart_gracefully(
+        &mut self,
+        service: &str,
+        replica: usize,
+    ) -> anyhow::Result<Option<i32>> {
+        let index = self.index(service, replica)?;
+        let mut code = None;
+        if let Some(mut child) = self.replicas[index].child.take() {
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()?;
+            let waited = tokio::task::spawn_blocking(move || child.wait()).await??;
+            code = waited.code();
+        }
+        self.spawn(index)?;
+        self.wait_ready(index).await?;
+        Ok(code)
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for replica in &mut self.replicas {
+            if let Some(mut child) = replica.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
