@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchboard_system_tests::cluster::Fleet;
+use switchboard_system_tests::cluster::{Fleet, SERVICES};
 use switchboard_system_tests::{EVENTUAL, text_run};
 
 /// Posts `body` through the gateway until an answer other than a gateway/connection failure
@@ -144,5 +144,385 @@ async fn each_service_speaks_on_the_bus_only_as_itself_and_a_run_still_goes_end_
     assert!(
         admin.get_stream(names.runs_stream()).await.is_ok(),
         "the stream is still there"
+    );
+}
+
+/// What a client following a run's events through the gateway saw.
+#[derive(Debug, Default)]
+struct Followed {
+    /// Event ids in the order received, across reconnects.
+    ids: Vec<u64>,
+    /// How often the stream was cut before the terminal event and resumed.
+    resumes: usize,
+    /// Whether the terminal event arrived.
+    terminal: bool,
+}
+
+/// Follows `run_id`'s events through the gateway to the terminal event, resuming with
+/// `Last-Event-ID` whenever the stream is cut (a replica killed or restarted under it).
+async fn follow(http: reqwest::Client, gateway: String, token: String, run_id: String) -> Followed {
+    use futures::StreamExt as _;
+    let mut followed = Followed::default();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    while tokio::time::Instant::now() < deadline {
+        let mut request = http
+            .get(format!("{gateway}/api/v1/agent/runs/{run_id}/events"))
+            .bearer_auth(&token);
+        if let Some(last) = followed.ids.last() {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        let response = match request.send().await {
+            Ok(response) if response.status() == 200 => response,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut body = response.bytes_stream();
+        let mut buffer: Vec<u8> = Vec::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+                let frame: Vec<u8> = buffer.drain(..end + 2).collect();
+                let frame = String::from_utf8(frame).expect("frames are UTF-8");
+                let id = frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix("id:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                let data: String = frame
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                let (Some(id), false) = (id, data.is_empty()) else {
+                    continue;
+                };
+                followed.ids.push(id);
+                let event: Value = serde_json::from_str(&data).expect("events are JSON");
+                if matches!(event["type"].as_str(), Some("RUN_FINISHED" | "RUN_ERROR")) {
+                    followed.terminal = true;
+                    return followed;
+                }
+            }
+        }
+        followed.resumes += 1;
+    }
+    followed
+}
+
+/// One accepted run of the load.
+#[derive(Debug, Clone)]
+struct Accepted {
+    token: String,
+    thread: String,
+    run_id: String,
+    text: String,
+    at: tokio::time::Instant,
+}
+
+/// Waits until `count` more runs than `from` were accepted.
+async fn until_accepted(
+    accepted: &std::sync::Mutex<Vec<Accepted>>,
+    from: usize,
+    more: usize,
+) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = accepted.lock().unwrap().len();
+        if now >= from + more {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "acceptance stalled at {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn under_load_a_lost_nats_node_crashed_replicas_and_rolling_restarts_lose_no_run_and_no_event()
+ {
+    let mut fleet = Fleet::start(2, &[]).await.unwrap();
+    let gateway = fleet.gateway.url.clone();
+    let http = reqwest::Client::new();
+    let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Accepted>::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut followers = tokio::task::JoinSet::new();
+    let (follow_tx, mut follow_rx) = tokio::sync::mpsc::unbounded_channel();
+
+    // The load: five owners, each starting a run (~1.2 s of streamed words) every 0.7 s on a
+    // thread of its own, retrying a request the gateway could not deliver (the same run id:
+    // acceptance is idempotent). Every accepted run is followed over SSE.
+    let mut owners = tokio::task::JoinSet::new();
+    for owner in 0..5 {
+        let (http, gateway, accepted, stop) = (
+            http.clone(),
+            gateway.clone(),
+            accepted.clone(),
+            stop.clone(),
+        );
+        let token = fleet.infra.token(&format!("owner-{owner}"));
+        let follow_tx = follow_tx.clone();
+        owners.spawn(async move {
+            let mut pace = tokio::time::interval(Duration::from_millis(700));
+            for n in 0.. {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = pace.tick() => {}
+                }
+                let (thread, run_id) = (
+                    uuid::Uuid::new_v4().to_string(),
+                    format!("chaos-{owner}-{n}"),
+                );
+                let text = format!("/slow owner {owner} run {n} says hello");
+                let (status, body) =
+                    post_run(&http, &gateway, &token, &text_run(&thread, &run_id, &text)).await;
+                assert_eq!(status, 202, "{run_id}: {body}");
+                accepted.lock().unwrap().push(Accepted {
+                    token: token.clone(),
+                    thread,
+                    run_id: run_id.clone(),
+                    text,
+                    at: tokio::time::Instant::now(),
+                });
+                let _ = follow_tx.send((token.clone(), run_id));
+            }
+        });
+    }
+    drop(follow_tx);
+    let follower_spawner = {
+        let (http, gateway) = (http.clone(), gateway.clone());
+        tokio::spawn(async move {
+            while let Some((token, run_id)) = follow_rx.recv().await {
+                let task = follow(http.clone(), gateway.clone(), token, run_id.clone());
+                followers.spawn(async move { (run_id, task.await) });
+            }
+            followers.join_all().await
+        })
+    };
+
+    // The chaos, each step once the load has moved on.
+    let mut seen = until_accepted(&accepted, 0, 10).await;
+    fleet.nats.kill(0).unwrap();
+    seen = until_accepted(&accepted, seen, 10).await;
+    fleet.nats.restart(0).await.unwrap();
+    seen = until_accepted(&accepted, seen, 5).await;
+    for service in SERVICES {
+        fleet.crash_and_restart(service, 0).await.unwrap();
+    }
+    let crashes_over = tokio::time::Instant::now();
+    seen = until_accepted(&accepted, seen, 10).await;
+    for service in SERVICES {
+        for replica in 0..2 {
+            let code = fleet.restart_gracefully(service, replica).await.unwrap();
+            assert_eq!(
+                code,
+                Some(0),
+                "{service} {replica} drained and exited cleanly"
+            );
+        }
+    }
+    until_accepted(&accepted, seen, 10).await;
+    stop.cancel();
+    while let Some(done) = owners.join_next().await {
+        done.unwrap();
+    }
+    let followed = follower_spawner.await.unwrap();
+    let accepted = accepted.lock().unwrap().clone();
+
+    // Every run that got a 202: finished, in history exactly once, with its whole reply.
+    let (mut completed, mut lost) = (0, 0);
+    for run in &accepted {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            let response = http
+                .get(format!("{gateway}/api/v1/agent/runs/{}", run.run_id))
+                .bearer_auth(&run.token)
+                .send()
+                .await;
+            if let Ok(response) = response
+                && response.status() == 200
+            {
+                let body: Value = response.json().await.unwrap();
+                if matches!(
+                    body["status"].as_str(),
+                    Some("completed" | "failed" | "cancelled")
+                ) {
+                    break body;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} never finished",
+                run.run_id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let whole = status["status"] == "completed";
+        if whole {
+            completed += 1;
+        } else {
+            // Only a run cut by a SIGKILLed worker may end `worker_lost`, never by a drain.
+            assert_eq!(
+                status["error"], "the worker running this run stopped before it finished",
+                "{}: {status}",
+                run.run_id
+            );
+            assert!(
+                run.at < crashes_over,
+                "{} was lost after the crashes: {status}",
+                run.run_id
+            );
+            lost += 1;
+        }
+        let reply = format!("You said: {}", run.text);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let body = history(&http, &gateway, &run.token, &run.thread).await;
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let users = messages.iter().filter(|m| m["role"] == "user").count();
+            let done = messages.len() == 2
+                && users == 1
+                && messages[0]["content"] == run.text.as_str()
+                && (!whole || messages[1]["content"] == reply.as_str());
+            if done {
+                break;
+            }
+            assert!(users <= 1, "{} written twice: {body}", run.run_id);
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: history {body}",
+                run.run_id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // Every stream reached its terminal event, cut or not, nothing missing or repeated.
+    let mut resumed = 0;
+    for (run_id, seen) in &followed {
+        assert!(seen.terminal, "{run_id}: the stream never ended: {seen:?}");
+        let expected: Vec<u64> = (1..=seen.ids.len() as u64).collect();
+        assert_eq!(seen.ids, expected, "{run_id}: events missing or repeated");
+        resumed += usize::from(seen.resumes > 0);
+    }
+    assert_eq!(followed.len(), accepted.len());
+    eprintln!(
+        "cluster chaos: {} runs accepted, {completed} completed, {lost} worker_lost (SIGKILL), \
+         {} streams followed, {resumed} of them cut and resumed",
+        accepted.len(),
+        followed.len()
+    );
+    assert!(
+        resumed > 0,
+        "no stream was cut: the chaos missed the streams"
+    );
+}
+
+#[tokio::test]
+async fn a_run_streaming_while_a_nats_node_dies_keeps_every_event_once_and_in_order() {
+    let mut fleet = Fleet::start(1, &[]).await.unwrap();
+    let http = reqwest::Client::new();
+    let alice = fleet.infra.token("alice");
+    let thread = uuid::Uuid::new_v4().to_string();
+    let words: Vec<String> = (1..=20).map(|n| format!("w{n}")).collect();
+    let text = format!("/slow {}", words.join(" "));
+    let (status, accepted) = post_run(
+        &http,
+        &fleet.gateway.url,
+        &alice,
+        &text_run(&thread, "node-loss", &text),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let follower = tokio::spawn(follow(
+        http.clone(),
+        fleet.gateway.url.clone(),
+        alice.clone(),
+        "node-loss".into(),
+    ));
+    // Kill a node once the reply is streaming (its first words are in history).
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    loop {
+        let body = history(&http, &fleet.gateway.url, &alice, &thread).await;
+        if body["messages"][1]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("w2 "))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never streamed: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fleet.nats.kill(0).unwrap();
+    let followed = follower.await.unwrap();
+    let task = accepted["taskId"].as_str().unwrap().to_owned();
+    // What the stream holds, read as admin: every event once, numbered from 1.
+    let js = async_nats::jetstream::new(fleet.nats.admin().await.unwrap());
+    let stream = js
+        .get_stream(fleet.nats.names.run_events_stream())
+        .await
+        .unwrap();
+    let config = async_nats::jetstream::consumer::pull::Config {
+        filter_subject: fleet.nats.names.run_event_subject(task.parse().unwrap()),
+        ..Default::default()
+    };
+    // The cluster may still be electing leaders after the loss: a few tries.
+    let mut tries = 0;
+    let consumer = loop {
+        match stream.create_consumer(config.clone()).await {
+            Ok(consumer) => break consumer,
+            Err(err) if tries < 50 => {
+                tries += 1;
+                eprintln!("reading the stream back: {err}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => panic!("cannot read the stream back: {err}"),
+        }
+    };
+    let mut messages = consumer
+        .fetch()
+        .max_messages(500)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await
+        .unwrap();
+    let mut stored = Vec::new();
+    use futures::StreamExt as _;
+    while let Some(Ok(message)) = messages.next().await {
+        let event: Value = serde_json::from_slice(&message.payload).unwrap();
+        stored.push((
+            event["seq"].as_u64().unwrap(),
+            event["event"]["delta"].as_str().unwrap_or("").to_owned(),
+            event["event"]["type"].as_str().unwrap_or("").to_owned(),
+        ));
+    }
+    let seqs: Vec<u64> = stored.iter().map(|(s, _, _)| *s).collect();
+    let text_stored: String = stored.iter().map(|(_, d, _)| d.as_str()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "stored: {stored:?}"
+    );
+    assert_eq!(
+        text_stored,
+        format!("You said: {text}"),
+        "stored: {stored:?}"
+    );
+    assert!(followed.terminal, "{followed:?}");
+    assert_eq!(
+        followed.ids,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "streamed: {followed:?}"
+    );
+    let body = history(&http, &fleet.gateway.url, &alice, &thread).await;
+    assert_eq!(
+        body["messages"][1]["content"],
+        format!("You said: {text}"),
+        "{body}"
     );
 }

@@ -279,6 +279,45 @@ pub async fn ensure_run_buckets(
     })
 }
 
+/// How long [`publish_idempotent`] keeps retrying: longer than a stream leader election after
+/// a node loss (a few seconds), well inside the streams' 2-minute duplicate window.
+pub const PUBLISH_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Publishes a message that carries a `Nats-Msg-Id` and waits for JetStream's ack, retrying
+/// (0.1 s doubling to 2 s, for [`PUBLISH_RETRY_FOR`]) when there is no ack: a reconnect to
+/// another node or a leader election. The id makes a retry of a message that was stored after
+/// all a duplicate JetStream drops, so the message is stored exactly once.
+pub async fn publish_idempotent(
+    js: &jetstream::Context,
+    subject: &str,
+    headers: HeaderMap,
+    payload: bytes::Bytes,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + PUBLISH_RETRY_FOR;
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let attempt = async {
+            js.publish_with_headers(subject.to_owned(), headers.clone(), payload.clone())
+                .await?
+                .await
+                .map_err(anyhow::Error::from)
+        };
+        match attempt.await {
+            Ok(_) => return Ok(()),
+            Err(err) if tokio::time::Instant::now() + wait < deadline => {
+                tracing::warn!(
+                    subject,
+                    error = format!("{err:#}"),
+                    "publish not acknowledged, retrying"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            Err(err) => return Err(err.context("JetStream did not acknowledge the publish")),
+        }
+    }
+}
+
 /// Header that makes a publish conditional on the subject's last sequence.
 pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 

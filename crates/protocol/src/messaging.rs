@@ -233,6 +233,10 @@ pub struct RunStatusRecord {
     /// Why the run failed, safe to show.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last heartbeat of the worker running it: a redelivered run whose worker beat within
+    /// the ack wait is still alive somewhere (NATS was slow to hear its progress), not lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alive_at: Option<DateTime<Utc>>,
 }
 
 /// Key of a task's status record.

@@ -27,6 +27,7 @@ fn queued(task: &RunTaskV1) -> RunStatusRecord {
         created: task.accepted_at,
         updated_at: task.accepted_at,
         error: None,
+        alive_at: None,
     }
 }
 

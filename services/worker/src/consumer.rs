@@ -124,6 +124,8 @@ fn outcome_label(status: RunStatus) -> &'static str {
 enum Processed {
     /// The run ended (or had ended before): ack.
     Done,
+    /// Its worker is still running it: offer again after an ack wait.
+    StillRunning,
     /// Another run holds the thread: offer again later.
     ThreadBusy,
 }
@@ -318,6 +320,7 @@ impl RunConsumer {
                         if let Err(err) = message.ack_with(AckKind::Progress).await {
                             tracing::warn!(task.id = %task.task_id, error = %err, "progress heartbeat failed");
                         }
+                        self.beat(task.task_id).await;
                     }
                 }
             }
@@ -327,6 +330,11 @@ impl RunConsumer {
             Ok(Processed::ThreadBusy) => {
                 message
                     .ack_with(AckKind::Nak(Some(THREAD_BUSY_DELAY)))
+                    .await
+            }
+            Ok(Processed::StillRunning) => {
+                message
+                    .ack_with(AckKind::Nak(Some(self.heartbeat * 3)))
                     .await
             }
             Err(err) => {
@@ -345,12 +353,14 @@ impl RunConsumer {
     /// terminal event, record the outcome, release the thread. Fails only when NATS does.
     async fn process(&self, task: &RunTaskV1) -> anyhow::Result<Processed> {
         let key = status_key(task.task_id);
-        let status = self
+        let record = self
             .buckets
             .run_status
             .get::<RunStatusRecord>(&key)
             .await?
-            .map(|(r, _)| r.status);
+            .map(|(r, _)| r);
+        let alive_at = record.as_ref().and_then(|r| r.alive_at);
+        let status = record.map(|r| r.status);
         if matches!(status, Some(RunStatus::Completed | RunStatus::Failed)) {
             return Ok(Processed::Done); // finished before a redelivery
         }
@@ -366,6 +376,12 @@ impl RunConsumer {
             if claim != Claim::Claimed {
                 return Ok(Processed::ThreadBusy);
             }
+        }
+        if status == Some(RunStatus::Running) && self.still_running(task.task_id, alive_at) {
+            // Redelivered while its worker (this replica or another) is still at it: NATS did
+            // not hear the progress in time (a node lost, a slow link). Not lost; look again
+            // after an ack wait.
+            return Ok(Processed::StillRunning);
         }
         if status == Some(RunStatus::Running) {
             // A worker was running this task and stopped without finishing it (it died, or lost
@@ -420,6 +436,7 @@ impl RunConsumer {
             created: task.accepted_at,
             updated_at: now,
             error: None,
+            alive_at: Some(now),
         };
         if self.buckets.run_status.create(&key, &running).await? == Created::Exists {
             let existing = self.buckets.run_status.get::<RunStatusRecord>(&key).await?;
@@ -627,6 +644,35 @@ impl RunConsumer {
         .await?;
         tracing::warn!(task.id = %task.task_id, "run lost by its worker ended as failed");
         Ok((RunStatus::Failed, Some(message)))
+    }
+
+    /// Whether the run `task_id` is alive: this replica runs it, or its worker's last
+    /// heartbeat is younger than an ack wait.
+    fn still_running(&self, task_id: Uuid, alive_at: Option<chrono::DateTime<Utc>>) -> bool {
+        let here = self
+            .running
+            .lock()
+            .is_ok_and(|running| running.contains_key(&task_id));
+        let ack_wait = chrono::Duration::from_std(self.heartbeat * 3).unwrap_or_default();
+        here || alive_at.is_some_and(|at| Utc::now() - at < ack_wait)
+    }
+
+    /// Records that the run `task_id` is alive on this replica (see [`Self::still_running`]).
+    async fn beat(&self, task_id: Uuid) {
+        let now = Utc::now();
+        let beat = self
+            .buckets
+            .run_status
+            .modify::<RunStatusRecord, _>(&status_key(task_id), |r| {
+                (r.status == RunStatus::Running).then(|| RunStatusRecord {
+                    alive_at: Some(now),
+                    ..r.clone()
+                })
+            })
+            .await;
+        if let Err(err) = beat {
+            tracing::warn!(task.id = %task_id, error = format!("{err:#}"), "heartbeat not recorded");
+        }
     }
 
     async fn set_status(

@@ -222,9 +222,7 @@ impl EventSink {
         });
         let payload = serde_json::to_vec(&message)?;
         let headers = platform::nats::publish_headers(&format!("{}:{seq}", self.template.task_id));
-        self.js
-            .publish_with_headers(self.subject.clone(), headers, payload.into())
-            .await?
+        platform::nats::publish_idempotent(&self.js, &self.subject, headers, payload.into())
             .await?;
         self.template.seq = seq;
         let RunEventMessage::V1(stored) = &message;
