@@ -48,6 +48,9 @@ ensure_toolchain
 ensure_js_clients
 "$ROOT/scripts/infra.sh"
 
+# Kubernetes: every overlay rendered and validated against the schemas, and the rules test.
+"$ROOT/scripts/check-deploy.sh"
+
 log "cargo fmt --check"
 cargo fmt --all --check
 

@@ -192,6 +192,7 @@ impl TestPlatform {
             max_runs_per_owner: options.max_runs_per_owner,
             fleet_max_in_flight: 4096,
             ack_wait: Duration::from_secs(30),
+            drain: Duration::from_secs(30),
             openai: options.openai.clone(),
             s3: Some(s3.clone()),
             extraction: worker::attachments::ExtractionConfig::default(),

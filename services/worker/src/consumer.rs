@@ -44,6 +44,8 @@ pub(crate) struct Capacity {
     pub(crate) max_runs_per_owner: usize,
     /// Runs handed out and not acknowledged across the fleet (`max_ack_pending`).
     pub(crate) fleet_max_in_flight: i64,
+    /// How long a shutdown waits for the running runs to finish.
+    pub(crate) drain: Duration,
 }
 
 /// Cancellation tokens of the runs this replica is running, by task id.
@@ -215,10 +217,24 @@ impl RunConsumer {
         // One pull loop per slot: a replica asks for a run only when it has room for it, so
         // the fleet's capacity grows with its replicas, and on shutdown nothing is fetched that
         // would then wait for its ack wait to go elsewhere.
-        futures::future::join_all(
+        // On shutdown the loops stop pulling and finish what they run, for at most the drain
+        // window; a run still going then is left unacknowledged, and JetStream gives it to
+        // another replica after the ack wait (which ends it `worker_lost`: README, "Worker
+        // fleet").
+        let pulls = futures::future::join_all(
             (0..self.capacity.concurrency).map(|_| self.pull_loop(shutdown.clone())),
-        )
-        .await;
+        );
+        let drained = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(self.capacity.drain).await;
+        };
+        tokio::select! {
+            _ = pulls => {}
+            () = drained => {
+                let left = self.running.lock().map_or(0, |running| running.len());
+                tracing::warn!(runs = left, "drain window over; stopping with runs unfinished");
+            }
+        }
         listener.abort();
         sweeper.abort();
         lag.abort();

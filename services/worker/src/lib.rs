@@ -40,6 +40,9 @@ pub struct Config {
     /// How long a run may go without a progress heartbeat before JetStream gives it to another
     /// worker (`SB_WORKER_ACK_WAIT_SECS`, default 30, at least 3); heartbeats go every third of it.
     pub ack_wait: std::time::Duration,
+    /// How long a SIGTERM waits for the replica's running runs to finish
+    /// (`SB_WORKER_DRAIN_SECS`, default 300); nothing new is pulled meanwhile.
+    pub drain: std::time::Duration,
     /// The OpenAI-compatible backend (`SB_OPENAI_BASE_URL`, `SB_OPENAI_MODEL`,
     /// `SB_OPENAI_API_KEY`); the built-in deterministic agent when unset.
     pub openai: Option<openai::OpenAiConfig>,
@@ -85,6 +88,7 @@ impl Config {
                 .max(1),
             fleet_max_in_flight: env.or("SB_WORKER_FLEET_MAX_IN_FLIGHT", 4096)?,
             ack_wait: std::time::Duration::from_secs(ack_wait_secs),
+            drain: std::time::Duration::from_secs(env.or("SB_WORKER_DRAIN_SECS", 300)?),
             openai: openai::OpenAiConfig::from_env(env)?,
             s3: match env.raw("SB_S3_BUCKET") {
                 Some(_) => Some(platform::s3::S3Config::from_env(env)?),
@@ -167,6 +171,7 @@ impl Application {
                 concurrency: config.concurrency,
                 max_runs_per_owner: config.max_runs_per_owner,
                 fleet_max_in_flight: config.fleet_max_in_flight,
+                drain: config.drain,
             },
             config.ack_wait,
         )
