@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Stops the four services started by up.sh, and with --all the infrastructure too. Data is kept.
+# Stops what up.sh started (either mode: the gateway and every replica), and with --all the
+# infrastructure too (PostgreSQL, S3, the single NATS and the cluster's nodes). Data is kept.
 source "$(dirname "$0")/lib/common.sh"
 
 
-for service in gateway attachments runs history worker; do stop_pidfile "$DATA/run/$service.pid"; done
+# The gateway and every replica of either mode of up.sh.
+for pidfile in "$DATA"/run/*.pid; do [ -e "$pidfile" ] && stop_pidfile "$pidfile"; done
 if [ "${1:-}" = "--all" ]; then
+  for i in 1 2 3; do stop_pidfile "$DATA/nats-cluster/n$i.pid"; done
   stop_pidfile "$DATA/nats.pid"
   stop_pidfile "$DATA/s3.pid"
   if [ -f "$DATA/postgres/postmaster.pid" ]; then

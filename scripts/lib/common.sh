@@ -73,6 +73,24 @@ dev_token() {
   printf '%s.%s.%s\n' "$header" "$payload" "$signature"
 }
 
+# The local 3-node NATS cluster of `scripts/up.sh --cluster` (scripts/nats-cluster.sh): node i
+# (1..3) serves clients on NATS_CLUSTER_PORT+i, routes on +2000, monitoring on +4000.
+NATS_CLUSTER_PORT="${SB_NATS_CLUSTER_PORT:-54230}"
+nats_cluster_urls() {
+  local i urls=""
+  for i in 1 2 3; do urls+="${urls:+,}nats://127.0.0.1:$((NATS_CLUSTER_PORT + i))"; done
+  echo "$urls"
+}
+# nats_password USER: the cluster's password of USER (a service, or admin), made once.
+nats_password() {
+  local file="$DATA/nats-cluster/passwords/$1"
+  if [ ! -s "$file" ]; then
+    mkdir -p "$(dirname "$file")"; chmod 700 "$(dirname "$file")"
+    (umask 077; openssl rand -hex 24 >"$file")
+  fi
+  cat "$file"
+}
+
 database_url() { echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/${1:-switchboard}"; }
 
 # The environment every service reads (see README, "Configuration").
