@@ -9,6 +9,7 @@ mod cluster;
 mod extraction_bounds;
 mod first_run;
 mod fleet;
+mod gateway;
 mod generated_files;
 mod history_days;
 mod history_shapes;
