@@ -6,6 +6,10 @@
 //! the last end, runs per second.
 //!
 //! Usage: `worker-throughput --prefix P [--nats-url URL] [--runs N] [--max-seconds T]`.
+//!
+//! `--flood N` measures fairness instead: owner `flooder` publishes N long runs (`/slow` of 25
+//! words, about 5 s each), then owner `other` one short run; prints how long `other`'s run
+//! waited from its publish to its `RUN_STARTED` (the workers' per-owner cap decides it).
 
 use std::collections::HashSet;
 use std::io::Write as _;
@@ -37,39 +41,40 @@ async fn main() -> anyhow::Result<()> {
     let runs: usize = args.parsed("runs", "BENCH_RUNS", 60)?;
     let max_time = Duration::from_secs(args.parsed("max-seconds", "BENCH_MAX_SECONDS", 120)?);
     let (client, js) = platform::nats::connect(&config, "bench-worker-throughput").await?;
-    platform::nats::ensure_streams(&js, &config).await?;
-    // Listen before publishing, so no end is missed.
+    // The workers made the streams (with the script's limits). Listen before publishing, so no end is missed.
     let mut events = client.subscribe(config.names.run_events_subjects()).await?;
+    if let Some(flood) = args.get("flood", "BENCH_FLOOD") {
+        let flood: usize = flood.parse().context("--flood is a number of runs")?;
+        let long = format!("/slow {}", vec!["w"; 25].join(" "));
+        for i in 0..flood {
+            publish(&js, &config.names, "flooder", &format!("flood-{i}"), &long).await?;
+        }
+        let published = Instant::now();
+        let other = publish(&js, &config.names, "other", "other-0", "/slow a").await?;
+        let deadline = tokio::time::Instant::now() + max_time;
+        let waited = loop {
+            let Ok(Some(message)) = tokio::time::timeout_at(deadline, events.next()).await else {
+                anyhow::bail!("the other owner's run never started");
+            };
+            if let Ok(RunEventMessage::V1(event)) = serde_json::from_slice(&message.payload)
+                && event.task_id == other
+            {
+                break published.elapsed();
+            }
+        };
+        let line = serde_json::json!({
+            "target": "worker-fairness",
+            "flood": flood,
+            "other_waited_seconds": (waited.as_secs_f64() * 1000.0).round() / 1000.0,
+        });
+        writeln!(std::io::stdout().lock(), "{line}")?;
+        return Ok(());
+    }
     let started = Instant::now();
     let mut tasks = HashSet::new();
     for i in 0..runs {
-        let body = run_body(
-            &Uuid::new_v4().to_string(),
-            &format!("bench-{i}"),
-            "/slow a b c",
-        );
-        let input = parse_run_input(body.as_bytes())
-            .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
         let owner = format!("owner-{}", i % 8);
-        let subject = config
-            .names
-            .run_accepted_subject(&owner, &input.thread_id, &input.run_id);
-        let task = RunTaskV1 {
-            task_id: Uuid::now_v7(),
-            owner,
-            accepted_at: Utc::now(),
-            input,
-            attachments: Vec::new(),
-            conversation: false,
-            resumed: None,
-            trace_id: None,
-            agent: Some("echo".to_owned()),
-        };
-        tasks.insert(task.task_id);
-        anyhow::ensure!(
-            platform::nats::publish_task(&js, &subject, &task).await?,
-            "a benchmark run was taken for a duplicate"
-        );
+        tasks.insert(publish(&js, &config.names, &owner, &format!("bench-{i}"), "/slow a b c").await?);
     }
     let mut ended = 0;
     let mut last_end = started.elapsed();
@@ -97,4 +102,34 @@ async fn main() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")?;
     Ok(())
+}
+
+/// Publishes an accepted run of `owner` saying `text` on a thread of its own; its task id.
+async fn publish(
+    js: &async_nats::jetstream::Context,
+    names: &Names,
+    owner: &str,
+    run_id: &str,
+    text: &str,
+) -> anyhow::Result<Uuid> {
+    let body = run_body(&Uuid::new_v4().to_string(), run_id, text);
+    let input = parse_run_input(body.as_bytes())
+        .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
+    let subject = names.run_accepted_subject(owner, &input.thread_id, &input.run_id);
+    let task = RunTaskV1 {
+        task_id: Uuid::now_v7(),
+        owner: owner.to_owned(),
+        accepted_at: Utc::now(),
+        input,
+        attachments: Vec::new(),
+        conversation: false,
+        resumed: None,
+        trace_id: None,
+        agent: Some("echo".to_owned()),
+    };
+    anyhow::ensure!(
+        platform::nats::publish_task(js, &subject, &task).await?,
+        "a benchmark run was taken for a duplicate"
+    );
+    Ok(task.task_id)
 }
