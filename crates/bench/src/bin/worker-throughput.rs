@@ -74,7 +74,16 @@ async fn main() -> anyhow::Result<()> {
     let mut tasks = HashSet::new();
     for i in 0..runs {
         let owner = format!("owner-{}", i % 8);
-        tasks.insert(publish(&js, &config.names, &owner, &format!("bench-{i}"), "/slow a b c").await?);
+        tasks.insert(
+            publish(
+                &js,
+                &config.names,
+                &owner,
+                &format!("bench-{i}"),
+                "/slow a b c",
+            )
+            .await?,
+        );
     }
     let mut ended = 0;
     let mut last_end = started.elapsed();
