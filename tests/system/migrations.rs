@@ -35,6 +35,13 @@ fn service_env(
         ("SB_S3_BUCKET".into(), s3.bucket.clone()),
         ("RUST_LOG".into(), "warn".into()),
     ]
+    .into_iter()
+    .chain(
+        test_support::TEST_STREAM_LIMITS
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+    )
+    .collect()
 }
 
 async fn run(service: &str, args: &[&str], env: &[(String, String)]) -> std::process::Output {

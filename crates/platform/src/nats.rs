@@ -138,11 +138,42 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             duplicate_window: DUPLICATE_WINDOW,
             ..Default::default()
         };
-        reconcile(js, wanted)
+        settled(&name, || reconcile(js, wanted.clone()))
             .await
             .with_context(|| format!("cannot create or update stream {name}"))?;
     }
     Ok(())
+}
+
+/// How long a start waits for a cluster to settle before creating or updating its streams.
+const SETTLE_FOR: Duration = Duration::from_secs(30);
+
+/// Runs `attempt` until it succeeds, for at most [`SETTLE_FOR`] (0.2 s doubling to 2 s
+/// between tries): right after a cluster (re)starts, a stream can be refused for a while
+/// ("no suitable peers for placement, peer offline", no meta leader yet), which is not a reason
+/// for a replica to crash. The last error is returned.
+async fn settled<T, F, Fut>(what: &str, mut attempt: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + SETTLE_FOR;
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(err) if tokio::time::Instant::now() + wait < deadline => {
+                tracing::warn!(
+                    what,
+                    error = format!("{err:#}"),
+                    "JetStream not ready, retrying"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            Err(err) => return Err(err),
+        }
+    }
 }
 
 /// Creates the stream `wanted`, or updates the fields this code owns (limits, replicas,
@@ -236,39 +267,11 @@ pub async fn ensure_run_buckets(
     config: &NatsConfig,
 ) -> anyhow::Result<RunBuckets> {
     let (names, limits) = (&config.names, &config.limits);
-    let open = |bucket: String, max_age: Duration| {
-        let js = js.clone();
-        async move {
-            let store = match js.get_key_value(&bucket).await {
-                Ok(store) => {
-                    // A KV bucket is the stream `KV_<bucket>`: its limits reconcile like a stream's.
-                    let mut stream = js.get_stream(format!("KV_{bucket}")).await?;
-                    let current = stream.info().await?.config.clone();
-                    let mut updated = current.clone();
-                    updated.num_replicas = limits.replicas;
-                    updated.max_bytes = limits.kv_max_bytes;
-                    updated.max_age = max_age;
-                    if updated != current {
-                        tracing::info!(bucket = %bucket, "bucket settings changed; updating");
-                        js.update_stream(updated).await?;
-                    }
-                    store
-                }
-                Err(_) => js
-                    .create_key_value(jetstream::kv::Config {
-                        bucket: bucket.clone(),
-                        history: 1,
-                        max_age,
-                        max_bytes: limits.kv_max_bytes,
-                        num_replicas: limits.replicas,
-                        storage: stream::StorageType::File,
-                        ..Default::default()
-                    })
-                    .await
-                    .with_context(|| format!("cannot create KV bucket {bucket}"))?,
-            };
-            anyhow::Ok(JsonKv { store })
-        }
+    let open = |bucket: String, max_age: Duration| async move {
+        settled(&bucket.clone(), || {
+            open_bucket(js, limits, bucket.clone(), max_age)
+        })
+        .await
     };
     Ok(RunBuckets {
         run_status: open(names.run_status_bucket(), limits.runs_max_age).await?,
@@ -277,6 +280,44 @@ pub async fn ensure_run_buckets(
         prompt_deadlines: open(names.prompt_deadlines_bucket(), limits.runs_max_age).await?,
         agents: open(names.agents_bucket(), Duration::ZERO).await?,
     })
+}
+
+/// Opens the bucket, reconciling its replicas and limits, or creates it.
+async fn open_bucket(
+    js: &jetstream::Context,
+    limits: &StreamLimits,
+    bucket: String,
+    max_age: Duration,
+) -> anyhow::Result<JsonKv> {
+    let store = match js.get_key_value(&bucket).await {
+        Ok(store) => {
+            // A KV bucket is the stream `KV_<bucket>`: its limits reconcile like a stream's.
+            let mut stream = js.get_stream(format!("KV_{bucket}")).await?;
+            let current = stream.info().await?.config.clone();
+            let mut updated = current.clone();
+            updated.num_replicas = limits.replicas;
+            updated.max_bytes = limits.kv_max_bytes;
+            updated.max_age = max_age;
+            if updated != current {
+                tracing::info!(bucket = %bucket, "bucket settings changed; updating");
+                js.update_stream(updated).await?;
+            }
+            store
+        }
+        Err(_) => js
+            .create_key_value(jetstream::kv::Config {
+                bucket: bucket.clone(),
+                history: 1,
+                max_age,
+                max_bytes: limits.kv_max_bytes,
+                num_replicas: limits.replicas,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("cannot create KV bucket {bucket}"))?,
+    };
+    Ok(JsonKv { store })
 }
 
 /// How long [`publish_idempotent`] keeps retrying: longer than a stream leader election after
