@@ -365,34 +365,26 @@ pub async fn read_sse(
 ) -> anyhow::Result<Vec<SseFrame>> {
     use futures::StreamExt as _;
     let mut body = response.bytes_stream();
-    let mut buffer = String::new();
+    let mut parser = protocol::sse::SseParser::new();
     let mut frames = Vec::new();
     let deadline = tokio::time::Instant::now() + EVENTUAL;
     loop {
-        while let Some(end) = buffer.find("\n\n") {
-            let raw: String = buffer.drain(..end + 2).collect();
-            let (mut id, mut data) = (None, String::new());
-            for line in raw.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    id = Some(v.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                }
-            }
-            if !data.is_empty() {
-                frames.push(SseFrame {
-                    id,
-                    data: serde_json::from_str(&data)?,
-                });
-                if limit.is_some_and(|n| frames.len() >= n) {
-                    return Ok(frames);
-                }
-            }
-        }
-        match tokio::time::timeout_at(deadline, body.next()).await {
+        let chunk = match tokio::time::timeout_at(deadline, body.next()).await {
             Err(_) => bail!("the event stream did not end; got {} events", frames.len()),
             Ok(None) => return Ok(frames),
-            Ok(Some(chunk)) => buffer.push_str(std::str::from_utf8(&chunk?)?),
+            Ok(Some(chunk)) => chunk?,
+        };
+        for frame in parser.push(&chunk)? {
+            let protocol::sse::SseFrame::Event(event) = frame else {
+                continue; // a heartbeat
+            };
+            frames.push(SseFrame {
+                id: event.id,
+                data: serde_json::from_str(&event.data)?,
+            });
+            if limit.is_some_and(|n| frames.len() >= n) {
+                return Ok(frames);
+            }
         }
     }
 }

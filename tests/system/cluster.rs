@@ -179,27 +179,16 @@ async fn follow(http: reqwest::Client, gateway: String, token: String, run_id: S
             }
         };
         let mut body = response.bytes_stream();
-        let mut buffer: Vec<u8> = Vec::new();
+        let mut parser = protocol::sse::SseParser::new();
         while let Some(Ok(chunk)) = body.next().await {
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-                let frame: Vec<u8> = buffer.drain(..end + 2).collect();
-                let frame = String::from_utf8(frame).expect("frames are UTF-8");
-                let id = frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix("id:"))
-                    .and_then(|v| v.trim().parse::<u64>().ok());
-                let data: String = frame
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                let (Some(id), false) = (id, data.is_empty()) else {
+            for frame in parser.push(&chunk).expect("a well-formed event stream") {
+                let protocol::sse::SseFrame::Event(event) = frame else {
                     continue;
                 };
-                followed.ids.push(id);
-                let event: Value = serde_json::from_str(&data).expect("events are JSON");
-                if matches!(event["type"].as_str(), Some("RUN_FINISHED" | "RUN_ERROR")) {
+                let id = event.id.and_then(|id| id.parse::<u64>().ok());
+                followed.ids.push(id.expect("every event has a numeric id"));
+                let data: Value = serde_json::from_str(&event.data).expect("events are JSON");
+                if matches!(data["type"].as_str(), Some("RUN_FINISHED" | "RUN_ERROR")) {
                     followed.terminal = true;
                     return followed;
                 }

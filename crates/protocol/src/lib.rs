@@ -16,6 +16,7 @@ pub mod message_body;
 pub mod messaging;
 pub mod metadata;
 pub mod run_input;
+pub mod sse;
 pub mod tools;
 pub mod ui_schema;
 pub mod validate;

@@ -1,13 +1,12 @@
 //! An agent backed by an OpenAI-compatible chat-completions API (`POST {base}/chat/completions`
 //! with `stream: true`).
 //!
-//! [`build_request`] maps the run to the request body, [`SseParser`] splits the streamed body
+//! [`build_request`] maps the run to the request body, [`protocol::sse::SseParser`] splits the streamed body
 //! into events and [`StreamDecoder`] maps their chunks to AG-UI events; [`OpenAiAgent`] only
 //! sends the request and forwards the events to the run's sink. A tool call ends the agent's
 //! turn: the client runs its tool and sends the result in its next run.
 
 mod decoder;
-mod sse;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -19,11 +18,11 @@ use futures::stream::{BoxStream, Stream, StreamExt as _};
 use platform::config::{ConfigError, Env};
 use protocol::agui::Event;
 use protocol::run_input::{ContentBlock, Message, UserContent};
+use protocol::sse::{SseFrame, SseParser};
 use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Map, Value, json};
 
 pub use self::decoder::StreamDecoder;
-pub use self::sse::{MAX_LINE_BYTES, SseParser};
 use crate::agent::{Agent, ModelInput};
 use crate::sink::EventSink;
 
@@ -278,16 +277,18 @@ where
         match self.body.next().await {
             Some(chunk) => {
                 let chunk = chunk.context("reading the model's stream failed")?;
-                for data in self.parser.push(chunk.as_ref())? {
-                    if self.data(&data)? {
+                for frame in self.parser.push(chunk.as_ref())? {
+                    if let SseFrame::Event(event) = frame
+                        && self.data(&event.data)?
+                    {
                         return self.end();
                     }
                 }
                 Ok(())
             }
             None => {
-                if let Some(data) = self.parser.finish()?
-                    && self.data(&data)?
+                if let Some(SseFrame::Event(event)) = self.parser.finish()?
+                    && self.data(&event.data)?
                 {
                     return self.end();
                 }

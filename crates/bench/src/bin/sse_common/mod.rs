@@ -229,17 +229,18 @@ pub enum Frame {
     Comment,
 }
 
-/// Reads SSE frames from a streaming response.
+/// Reads SSE frames from a streaming response (with `protocol::sse`, the parser the tests and
+/// the worker use).
 pub struct SseReader {
     response: reqwest::Response,
-    buffer: Vec<u8>,
+    parser: protocol::sse::SseParser,
 }
 
 impl SseReader {
     pub fn new(response: reqwest::Response) -> Self {
         Self {
             response,
-            buffer: Vec::new(),
+            parser: protocol::sse::SseParser::new(),
         }
     }
 
@@ -250,35 +251,20 @@ impl SseReader {
             return Ok(None);
         };
         let at = Instant::now();
-        self.buffer.extend_from_slice(&chunk);
-        let mut frames = Vec::new();
-        while let Some(end) = find(&self.buffer, b"\n\n") {
-            let frame: Vec<u8> = self.buffer.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&frame);
-            let mut id = None;
-            let mut json = false;
-            let mut comment = false;
-            for line in text.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    id = v.trim().parse().ok();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    json = serde_json::from_str::<Value>(v.trim()).is_ok_and(|v| v.is_object());
-                } else if line.starts_with(':') {
-                    comment = true;
-                }
-            }
-            match id {
-                Some(id) => frames.push(Frame::Event { id, json }),
-                None if comment => frames.push(Frame::Comment),
-                None => {}
-            }
-        }
+        let frames = self
+            .parser
+            .push(&chunk)?
+            .into_iter()
+            .filter_map(|frame| match frame {
+                protocol::sse::SseFrame::Comment => Some(Frame::Comment),
+                protocol::sse::SseFrame::Event(event) => Some(Frame::Event {
+                    id: event.id?.parse().ok()?,
+                    json: serde_json::from_str::<Value>(&event.data).is_ok_and(|v| v.is_object()),
+                }),
+            })
+            .collect();
         Ok(Some((at, frames)))
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Signed microseconds from `from` to `to`.
