@@ -111,6 +111,38 @@ async fn reconcile_consumer(
     }
 }
 
+/// A cancel on `subject` (`<prefix>.runs.cancel.<task>`): stops that run if this replica runs
+/// it (every replica hears every cancel).
+fn stop_cancelled(running: &Running, subject: &str) {
+    let Some(task_id) = subject
+        .rsplit('.')
+        .next()
+        .and_then(|id| Uuid::try_parse(id).ok())
+    else {
+        return;
+    };
+    let token = running
+        .lock()
+        .ok()
+        .and_then(|map| map.get(&task_id).cloned());
+    if let Some(token) = token {
+        tracing::info!(task.id = %task_id, "cancel received, stopping the agent");
+        token.cancel();
+    }
+}
+
+/// How a run ended: its final status and, when it failed, why (safe to show).
+struct RunEnd {
+    status: RunStatus,
+    error: Option<String>,
+}
+
+impl RunEnd {
+    fn new(status: RunStatus, error: Option<String>) -> Self {
+        Self { status, error }
+    }
+}
+
 /// How often the consumer's lag is read for `/metrics`.
 const LAG_EVERY: Duration = Duration::from_secs(5);
 
@@ -203,24 +235,15 @@ impl RunConsumer {
             cancels
                 .take_until(shutdown.clone().cancelled_owned())
                 .for_each(move |message| {
-                    let running = Arc::clone(&running);
-                    async move {
-                        let task_id = message.subject.rsplit('.').next().and_then(|id| Uuid::try_parse(id).ok());
-                        let token = task_id.and_then(|id| running.lock().ok().and_then(|map| map.get(&id).cloned()));
-                        if let Some(token) = token {
-                            tracing::info!(task.id = ?task_id, "cancel received, stopping the agent");
-                            token.cancel();
-                        }
-                    }
+                    stop_cancelled(&running, &message.subject);
+                    futures::future::ready(())
                 }),
         );
         // One pull loop per slot: a replica asks for a run only when it has room for it, so
-        // the fleet's capacity grows with its replicas, and on shutdown nothing is fetched that
-        // would then wait for its ack wait to go elsewhere.
-        // On shutdown the loops stop pulling and finish what they run, for at most the drain
-        // window; a run still going then is left unacknowledged, and JetStream gives it to
-        // another replica after the ack wait (which ends it `worker_lost`: README, "Worker
-        // fleet").
+        // the fleet's capacity grows with its replicas. On shutdown the loops stop pulling and
+        // finish what they run, for at most the drain window; a run still going then is left
+        // unacknowledged, and JetStream gives it to another replica after the ack wait (which
+        // ends it `worker_lost`: README, "Fleet").
         let pulls = futures::future::join_all(
             (0..self.capacity.concurrency).map(|_| self.pull_loop(shutdown.clone())),
         );
@@ -300,7 +323,11 @@ impl RunConsumer {
         let task = match serde_json::from_slice::<RunTask>(&message.payload) {
             Ok(RunTask::V1(task)) => task,
             Err(err) => {
-                tracing::error!(error = %err, subject = %message.subject, "undecodable run task dropped");
+                tracing::error!(
+                    error = %err,
+                    subject = %message.subject,
+                    "undecodable run task dropped",
+                );
                 if let Err(err) = message.ack_with(AckKind::Term).await {
                     tracing::warn!(error = %err, "cannot terminate an undecodable task");
                 }
@@ -318,7 +345,11 @@ impl RunConsumer {
             }
             return;
         };
-        let span = tracing::info_span!("worker.run.process", task.id = %task.task_id, run.id = %task.input.run_id);
+        let span = tracing::info_span!(
+            "worker.run.process",
+            task.id = %task.task_id,
+            run.id = %task.input.run_id,
+        );
         if let Some(headers) = &message.headers {
             platform::telemetry::adopt_parent(&span, &platform::nats::HeaderExtractor(headers));
         }
@@ -334,7 +365,11 @@ impl RunConsumer {
                     outcome = &mut work => break outcome,
                     _ = beat.tick() => {
                         if let Err(err) = message.ack_with(AckKind::Progress).await {
-                            tracing::warn!(task.id = %task.task_id, error = %err, "progress heartbeat failed");
+                            tracing::warn!(
+                                task.id = %task.task_id,
+                                error = %err,
+                                "progress heartbeat failed",
+                            );
                         }
                         self.beat(task.task_id).await;
                     }
@@ -354,7 +389,11 @@ impl RunConsumer {
                     .await
             }
             Err(err) => {
-                tracing::warn!(task.id = %task.task_id, error = format!("{err:#}"), "run not completed, will be redelivered");
+                tracing::warn!(
+                    task.id = %task.task_id,
+                    error = format!("{err:#}"),
+                    "run not completed, will be redelivered",
+                );
                 message
                     .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
                     .await
@@ -406,7 +445,7 @@ impl RunConsumer {
             let end = self.end_lost_run(task).await?;
             metrics::counter!("switchboard_runs_finished_total", "outcome" => "worker_lost")
                 .increment(1);
-            self.set_status(task.task_id, end.0, end.1).await?;
+            self.set_status(task.task_id, end.status, end.error).await?;
             self.buckets
                 .release_thread(owner, thread_id, task.task_id)
                 .await?;
@@ -425,9 +464,9 @@ impl RunConsumer {
             running.remove(&task.task_id);
         }
         let end = outcome?;
-        metrics::counter!("switchboard_runs_finished_total", "outcome" => outcome_label(end.0))
+        metrics::counter!("switchboard_runs_finished_total", "outcome" => outcome_label(end.status))
             .increment(1);
-        self.set_status(task.task_id, end.0, end.1).await?;
+        self.set_status(task.task_id, end.status, end.error).await?;
         self.buckets
             .release_thread(owner, thread_id, task.task_id)
             .await?;
@@ -438,7 +477,7 @@ impl RunConsumer {
         &self,
         task: &RunTaskV1,
         token: CancellationToken,
-    ) -> anyhow::Result<(RunStatus, Option<String>)> {
+    ) -> anyhow::Result<RunEnd> {
         let now = Utc::now();
         // The status record is born here (running) unless a cancel created it first.
         let key = status_key(task.task_id);
@@ -474,7 +513,10 @@ impl RunConsumer {
             // Every client shows the prompt's error; then the agent learns of the timeout.
             sink.finish(Event::Custom {
                 name: INTERACTION_TIMEOUT_EVENT.to_owned(),
-                value: serde_json::json!({"promptId": resumed.prompt_id, "error": resumed.prompt.error}),
+                value: serde_json::json!({
+                    "promptId": resumed.prompt_id,
+                    "error": resumed.prompt.error,
+                }),
             })
             .await?;
         }
@@ -482,8 +524,9 @@ impl RunConsumer {
         let attachments = if task.attachments.is_empty() {
             Vec::new()
         } else {
+            let read = crate::attachments::read_all(self.reader.as_ref(), &task.attachments);
             tokio::select! {
-                read = crate::attachments::read_all(self.reader.as_ref(), &task.attachments) => read,
+                read = read => read,
                 () = token.cancelled() => Vec::new(),
             }
         };
@@ -497,7 +540,7 @@ impl RunConsumer {
                 code: Some("unknown_agent".to_owned()),
             })
             .await?;
-            return Ok((RunStatus::Failed, Some(message)));
+            return Ok(RunEnd::new(RunStatus::Failed, Some(message)));
         };
         let input = ModelInput::new(task).with_attachments(attachments);
         let result = if token.is_cancelled() {
@@ -525,7 +568,7 @@ impl RunConsumer {
                 code: Some("output_schema_violation".to_owned()),
             })
             .await?;
-            return Ok((RunStatus::Failed, Some(message)));
+            return Ok(RunEnd::new(RunStatus::Failed, Some(message)));
         }
         match result {
             Ok(()) => {
@@ -541,7 +584,7 @@ impl RunConsumer {
                 })
                 .await?;
                 tracing::info!("run finished");
-                Ok((RunStatus::Completed, None))
+                Ok(RunEnd::new(RunStatus::Completed, None))
             }
             Err(_) if token.is_cancelled() => {
                 sink.finish(Event::RunError {
@@ -550,7 +593,7 @@ impl RunConsumer {
                 })
                 .await?;
                 tracing::info!("run cancelled");
-                Ok((RunStatus::Cancelled, None))
+                Ok(RunEnd::new(RunStatus::Cancelled, None))
             }
             Err(err) => {
                 tracing::warn!(error = format!("{err:#}"), "agent failed");
@@ -560,7 +603,7 @@ impl RunConsumer {
                     code: Some("agent_error".to_owned()),
                 })
                 .await?;
-                Ok((RunStatus::Failed, Some(message)))
+                Ok(RunEnd::new(RunStatus::Failed, Some(message)))
             }
         }
     }
@@ -626,7 +669,7 @@ impl RunConsumer {
 
     /// Ends a run whose worker stopped mid-run: after the last event in its log, a `RUN_ERROR`
     /// (`worker_lost`) unless the log already ends with a terminal event.
-    async fn end_lost_run(&self, task: &RunTaskV1) -> anyhow::Result<(RunStatus, Option<String>)> {
+    async fn end_lost_run(&self, task: &RunTaskV1) -> anyhow::Result<RunEnd> {
         let subject = self.names.run_event_subject(task.task_id);
         let last = match self.events.get_last_raw_message_by_subject(&subject).await {
             Ok(message) => match serde_json::from_slice::<RunEventMessage>(&message.payload) {
@@ -638,14 +681,14 @@ impl RunConsumer {
         };
         if let Some(last) = &last {
             match &last.event {
-                Event::RunFinished { .. } => return Ok((RunStatus::Completed, None)),
+                Event::RunFinished { .. } => return Ok(RunEnd::new(RunStatus::Completed, None)),
                 Event::RunError { code, message } => {
                     let status = if code.as_deref() == Some("cancelled") {
                         RunStatus::Cancelled
                     } else {
                         RunStatus::Failed
                     };
-                    return Ok((status, Some(message.clone())));
+                    return Ok(RunEnd::new(status, Some(message.clone())));
                 }
                 _ => {}
             }
@@ -659,7 +702,7 @@ impl RunConsumer {
         })
         .await?;
         tracing::warn!(task.id = %task.task_id, "run lost by its worker ended as failed");
-        Ok((RunStatus::Failed, Some(message)))
+        Ok(RunEnd::new(RunStatus::Failed, Some(message)))
     }
 
     /// Whether the run `task_id` is alive: this replica runs it, or its worker's last
@@ -687,7 +730,11 @@ impl RunConsumer {
             })
             .await;
         if let Err(err) = beat {
-            tracing::warn!(task.id = %task_id, error = format!("{err:#}"), "heartbeat not recorded");
+            tracing::warn!(
+                task.id = %task_id,
+                error = format!("{err:#}"),
+                "heartbeat not recorded",
+            );
         }
     }
 
