@@ -16,7 +16,7 @@ use crate::{EVENTUAL, free_port, start_binary};
 
 /// The nats-server binary: `SB_TEST_NATS_SERVER`, the one `scripts/infra.sh` installed, or
 /// the one on the `PATH`.
-fn nats_server() -> PathBuf {
+pub fn nats_server() -> PathBuf {
     if let Ok(path) = std::env::var("SB_TEST_NATS_SERVER") {
         return PathBuf::from(path);
     }

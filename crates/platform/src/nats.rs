@@ -68,6 +68,9 @@ pub async fn connect(
     config: &NatsConfig,
     name: &str,
 ) -> anyhow::Result<(async_nats::Client, jetstream::Context)> {
+    // TLS needs a process-wide crypto provider; the tree enables two, so rustls cannot pick one
+    // (a TLS connection would panic). Installed once; an error means one is there already.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let credentials = &config.credentials;
     let mut options = async_nats::ConnectOptions::new()
         .name(name)
