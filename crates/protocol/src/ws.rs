@@ -494,21 +494,7 @@ impl WsMapper {
             )
         };
         match &event.event {
-            Event::RunStarted { .. } => self
-                .trace_id
-                .clone()
-                .map(|trace| {
-                    let mut m = self.message(
-                        WsType::ObservabilityTraceMessage,
-                        id.clone(),
-                        json!({"observability_trace_id": trace}),
-                        None,
-                        at,
-                    );
-                    m.thread_id = None;
-                    vec![m]
-                })
-                .unwrap_or_default(),
+            Event::RunStarted { .. } => self.trace(id, at).into_iter().collect(),
             Event::TextMessageContent { delta, .. } if !delta.is_empty() => vec![self.message(
                 WsType::SystemResponseMessage,
                 id.clone(),
@@ -596,48 +582,9 @@ impl WsMapper {
                     .collect()
             }
             Event::Custom { name, value } if name == INTERACTION_TIMEOUT_EVENT => {
-                let prompt_id = value
-                    .get("promptId")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let error = value
-                    .get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or(crate::interaction::DEFAULT_PROMPT_ERROR);
-                let mut m = WsError::new(WsErrorCode::WorkflowError, error, "TimeoutError")
-                    .to_message(
-                        format!("{prompt_id}-timeout"),
-                        Some(&self.conversation_id),
-                        Some(prompt_id),
-                        at,
-                    );
-                m.status = Some(WsStatus::Failed);
-                vec![m]
+                vec![self.prompt_timeout(value, at)]
             }
-            Event::RunFinished { outcome, .. } => {
-                let interrupts = outcome
-                    .as_ref()
-                    .filter(|o| o.get("type").and_then(Value::as_str) == Some("interrupt"))
-                    .and_then(|o| o.get("interrupts"))
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                if interrupts.is_empty() {
-                    return vec![self.message(
-                        WsType::SystemResponseMessage,
-                        id.clone(),
-                        json!({"text": ""}),
-                        Some(WsStatus::Completed),
-                        at,
-                    )];
-                }
-                // A run that stops on a question has not completed the response: `completed`
-                // comes with the end of the run that continues after the answer or timeout.
-                interrupts
-                    .iter()
-                    .filter_map(|interrupt| self.interaction(interrupt, now, at))
-                    .collect()
-            }
+            Event::RunFinished { outcome, .. } => self.finished(outcome.as_ref(), id, now, at),
             Event::RunError { message, code } => vec![
                 WsError::new(
                     WsErrorCode::WorkflowError,
@@ -653,6 +600,71 @@ impl WsMapper {
             ],
             _ => Vec::new(),
         }
+    }
+
+    /// The run's trace id, for clients that show it (when the run has one).
+    fn trace(&self, id: String, at: DateTime<Utc>) -> Option<WsMessage> {
+        let trace = self.trace_id.clone()?;
+        let mut m = self.message(
+            WsType::ObservabilityTraceMessage,
+            id,
+            json!({"observability_trace_id": trace}),
+            None,
+            at,
+        );
+        m.thread_id = None;
+        Some(m)
+    }
+
+    /// The error message of a prompt that timed out (`CUSTOM interaction_timeout`).
+    fn prompt_timeout(&self, value: &Value, at: DateTime<Utc>) -> WsMessage {
+        let prompt_id = value
+            .get("promptId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let error = value
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or(crate::interaction::DEFAULT_PROMPT_ERROR);
+        let mut m = WsError::new(WsErrorCode::WorkflowError, error, "TimeoutError").to_message(
+            format!("{prompt_id}-timeout"),
+            Some(&self.conversation_id),
+            Some(prompt_id),
+            at,
+        );
+        m.status = Some(WsStatus::Failed);
+        m
+    }
+
+    /// The end of a run: `completed`, or the questions it stopped on. A run that stops on a
+    /// question has not completed the response: `completed` comes with the end of the run that
+    /// continues after the answer or timeout.
+    fn finished(
+        &self,
+        outcome: Option<&Value>,
+        id: String,
+        now: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> Vec<WsMessage> {
+        let interrupts = outcome
+            .filter(|o| o.get("type").and_then(Value::as_str) == Some("interrupt"))
+            .and_then(|o| o.get("interrupts"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if interrupts.is_empty() {
+            return vec![self.message(
+                WsType::SystemResponseMessage,
+                id,
+                json!({"text": ""}),
+                Some(WsStatus::Completed),
+                at,
+            )];
+        }
+        interrupts
+            .iter()
+            .filter_map(|interrupt| self.interaction(interrupt, now, at))
+            .collect()
     }
 
     /// The `system_interaction_message` of an AG-UI interrupt, with the time left at `now`.

@@ -131,6 +131,35 @@ fn stop_cancelled(running: &Running, subject: &str) {
     }
 }
 
+/// Ends the run failed with `message` (safe to show) and `code`.
+async fn fail(sink: &mut EventSink, message: String, code: &str) -> anyhow::Result<RunEnd> {
+    sink.finish(Event::RunError {
+        message: message.clone(),
+        code: Some(code.to_owned()),
+    })
+    .await?;
+    Ok(RunEnd::new(RunStatus::Failed, Some(message)))
+}
+
+/// Why an agent's finished output breaks its card's output schema, if it does.
+fn output_violation(
+    result: &anyhow::Result<()>,
+    sink: &EventSink,
+    card: &protocol::agents::AgentCard,
+) -> Option<String> {
+    match (result, sink.output()) {
+        (Ok(()), Ok(body)) => card.output_schema.check(&body).err().map(|violations| {
+            violations
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        }),
+        (Ok(()), Err(err)) => Some(err.to_string()),
+        (Err(_), _) => None,
+    }
+}
+
 /// How a run ended: its final status and, when it failed, why (safe to show).
 struct RunEnd {
     status: RunStatus,
@@ -478,8 +507,86 @@ impl RunConsumer {
         task: &RunTaskV1,
         token: CancellationToken,
     ) -> anyhow::Result<RunEnd> {
+        self.mark_running(task, &token).await?;
+        let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone());
+        sink.finish(Event::RunStarted {
+            thread_id: task.input.thread_id.clone(),
+            run_id: task.input.run_id.clone(),
+        })
+        .await?;
+        if let Some(resumed) = &task.resumed
+            && resumed.outcome == PromptOutcome::TimedOut
+        {
+            // Every client shows the prompt's error; then the agent learns of the timeout.
+            sink.finish(Event::Custom {
+                name: INTERACTION_TIMEOUT_EVENT.to_owned(),
+                value: serde_json::json!({
+                    "promptId": resumed.prompt_id,
+                    "error": resumed.prompt.error,
+                }),
+            })
+            .await?;
+        }
+        let attachments = self.read_attachments(task, &token).await;
+        let Some((agent, card)) = self.agents.get(task.agent.as_deref()) else {
+            let message = format!(
+                "this worker runs no agent named {:?}",
+                task.agent.as_deref().unwrap_or_default()
+            );
+            return fail(&mut sink, message, "unknown_agent").await;
+        };
+        let input = ModelInput::new(task).with_attachments(attachments);
+        let result = if token.is_cancelled() {
+            Err(crate::sink::Cancelled.into())
+        } else {
+            agent.run(&input, &mut sink).await
+        };
+        // An agent that broke its own output schema ends the run as failed, naming the rule.
+        if let Some(why) = output_violation(&result, &sink, card) {
+            let message = format!("the agent {:?} broke its output schema: {why}", card.name);
+            tracing::warn!(agent = %card.name, "agent output refused by its schema");
+            return fail(&mut sink, message, "output_schema_violation").await;
+        }
+        match result {
+            Ok(()) => {
+                let outcome = match sink.take_prompt() {
+                    None => None,
+                    Some(prompt) => Some(self.store_prompt(task, prompt).await?),
+                };
+                sink.finish(Event::RunFinished {
+                    thread_id: task.input.thread_id.clone(),
+                    run_id: task.input.run_id.clone(),
+                    result: None,
+                    outcome,
+                })
+                .await?;
+                tracing::info!("run finished");
+                Ok(RunEnd::new(RunStatus::Completed, None))
+            }
+            Err(_) if token.is_cancelled() => {
+                sink.finish(Event::RunError {
+                    message: "run cancelled".to_owned(),
+                    code: Some("cancelled".to_owned()),
+                })
+                .await?;
+                tracing::info!("run cancelled");
+                Ok(RunEnd::new(RunStatus::Cancelled, None))
+            }
+            Err(err) => {
+                tracing::warn!(error = format!("{err:#}"), "agent failed");
+                fail(&mut sink, "the agent failed".to_owned(), "agent_error").await
+            }
+        }
+    }
+
+    /// Creates the run's status record (running), unless a cancel created it first: then the
+    /// run starts cancelled.
+    async fn mark_running(
+        &self,
+        task: &RunTaskV1,
+        token: &CancellationToken,
+    ) -> anyhow::Result<()> {
         let now = Utc::now();
-        // The status record is born here (running) unless a cancel created it first.
         let key = status_key(task.task_id);
         let running = RunStatusRecord {
             task_id: task.task_id,
@@ -500,111 +607,23 @@ impl RunConsumer {
                 token.cancel();
             }
         }
-        let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone());
-        let (thread_id, run_id) = (task.input.thread_id.clone(), task.input.run_id.clone());
-        sink.finish(Event::RunStarted {
-            thread_id: thread_id.clone(),
-            run_id: run_id.clone(),
-        })
-        .await?;
-        if let Some(resumed) = &task.resumed
-            && resumed.outcome == PromptOutcome::TimedOut
-        {
-            // Every client shows the prompt's error; then the agent learns of the timeout.
-            sink.finish(Event::Custom {
-                name: INTERACTION_TIMEOUT_EVENT.to_owned(),
-                value: serde_json::json!({
-                    "promptId": resumed.prompt_id,
-                    "error": resumed.prompt.error,
-                }),
-            })
-            .await?;
+        Ok(())
+    }
+
+    /// The user message's files, read (bounded per file) before the agent runs; a cancel
+    /// stops waiting.
+    async fn read_attachments(
+        &self,
+        task: &RunTaskV1,
+        token: &CancellationToken,
+    ) -> Vec<crate::attachments::AttachmentContent> {
+        if task.attachments.is_empty() {
+            return Vec::new();
         }
-        // The files are read (bounded per file) before the agent runs; a cancel stops waiting.
-        let attachments = if task.attachments.is_empty() {
-            Vec::new()
-        } else {
-            let read = crate::attachments::read_all(self.reader.as_ref(), &task.attachments);
-            tokio::select! {
-                read = read => read,
-                () = token.cancelled() => Vec::new(),
-            }
-        };
-        let Some((agent, card)) = self.agents.get(task.agent.as_deref()) else {
-            let message = format!(
-                "this worker runs no agent named {:?}",
-                task.agent.as_deref().unwrap_or_default()
-            );
-            sink.finish(Event::RunError {
-                message: message.clone(),
-                code: Some("unknown_agent".to_owned()),
-            })
-            .await?;
-            return Ok(RunEnd::new(RunStatus::Failed, Some(message)));
-        };
-        let input = ModelInput::new(task).with_attachments(attachments);
-        let result = if token.is_cancelled() {
-            Err(crate::sink::Cancelled.into())
-        } else {
-            agent.run(&input, &mut sink).await
-        };
-        // An agent that broke its own output schema ends the run as failed, naming the rule.
-        let broken = match (&result, sink.output()) {
-            (Ok(()), Ok(body)) => card.output_schema.check(&body).err().map(|violations| {
-                violations
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }),
-            (Ok(()), Err(err)) => Some(err.to_string()),
-            (Err(_), _) => None,
-        };
-        if let Some(why) = broken {
-            let message = format!("the agent {:?} broke its output schema: {why}", card.name);
-            tracing::warn!(agent = %card.name, "agent output refused by its schema");
-            sink.finish(Event::RunError {
-                message: message.clone(),
-                code: Some("output_schema_violation".to_owned()),
-            })
-            .await?;
-            return Ok(RunEnd::new(RunStatus::Failed, Some(message)));
-        }
-        match result {
-            Ok(()) => {
-                let outcome = match sink.take_prompt() {
-                    None => None,
-                    Some(prompt) => Some(self.store_prompt(task, prompt).await?),
-                };
-                sink.finish(Event::RunFinished {
-                    thread_id,
-                    run_id,
-                    result: None,
-                    outcome,
-                })
-                .await?;
-                tracing::info!("run finished");
-                Ok(RunEnd::new(RunStatus::Completed, None))
-            }
-            Err(_) if token.is_cancelled() => {
-                sink.finish(Event::RunError {
-                    message: "run cancelled".to_owned(),
-                    code: Some("cancelled".to_owned()),
-                })
-                .await?;
-                tracing::info!("run cancelled");
-                Ok(RunEnd::new(RunStatus::Cancelled, None))
-            }
-            Err(err) => {
-                tracing::warn!(error = format!("{err:#}"), "agent failed");
-                let message = "the agent failed".to_owned();
-                sink.finish(Event::RunError {
-                    message: message.clone(),
-                    code: Some("agent_error".to_owned()),
-                })
-                .await?;
-                Ok(RunEnd::new(RunStatus::Failed, Some(message)))
-            }
+        let read = crate::attachments::read_all(self.reader.as_ref(), &task.attachments);
+        tokio::select! {
+            read = read => read,
+            () = token.cancelled() => Vec::new(),
         }
     }
 
