@@ -4,15 +4,14 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use protocol::messaging::Names;
 use secrecy::ExposeSecret as _;
 use test_support::Infra;
 
 use crate::gateway::{Gateway, Upstreams, workspace_root};
-use crate::{EVENTUAL, free_port, start_binary};
+use crate::{EVENTUAL, binary_env, free_port, start_binary, wait_http_ok};
 
 /// The nats-server binary: `SB_TEST_NATS_SERVER`, the one `scripts/infra.sh` installed, or
 /// the one on the `PATH`.
@@ -123,21 +122,9 @@ impl NatsCluster {
     /// Waits until node `index` says it is healthy (`/healthz`: JetStream current with its
     /// meta leader).
     pub async fn wait_healthy(&self, index: usize) -> anyhow::Result<()> {
-        let url = format!(
-            "http://127.0.0.1:{}/healthz",
-            self.nodes[index].monitor_port
-        );
-        let http = reqwest::Client::new();
-        let deadline = tokio::time::Instant::now() + EVENTUAL * 3;
-        while tokio::time::Instant::now() < deadline {
-            if let Ok(response) = http.get(&url).send().await
-                && response.status().is_success()
-            {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        bail!("NATS node {} never became healthy", self.nodes[index].name)
+        let node = &self.nodes[index];
+        let url = format!("http://127.0.0.1:{}/healthz", node.monitor_port);
+        wait_http_ok(&url, EVENTUAL * 3, &format!("NATS node {}", node.name)).await
     }
 
     /// Every node's client URL, comma-separated (what `SB_NATS_URL` takes).
@@ -237,44 +224,24 @@ impl Fleet {
         let s3 = infra.fresh_s3();
         let database = infra.fresh_database().await?;
         let gateway_port = free_port()?;
-        let mut env: Vec<(String, String)> = vec![
-            ("SB_NATS_URL".into(), nats.url()),
-            ("SB_NATS_PREFIX".into(), names.prefix().to_owned()),
-            ("SB_NATS_REPLICAS".into(), "3".into()),
-            ("SB_JWT_ALG".into(), "HS256".into()),
-            ("SB_JWT_SECRET".into(), infra.jwt_secret.clone()),
-            (
-                "SB_S3_ENDPOINT".into(),
-                s3.endpoint.clone().unwrap_or_default(),
-            ),
-            ("SB_S3_ACCESS_KEY".into(), s3.access_key.clone()),
-            (
-                "SB_S3_SECRET_KEY".into(),
-                s3.secret_key.expose_secret().to_owned(),
-            ),
-            ("SB_S3_BUCKET".into(), s3.bucket.clone()),
-            (
-                "SB_HISTORY_DATABASE_URL".into(),
-                database.expose_secret().to_owned(),
-            ),
-            (
-                "SB_ATTACHMENTS_DATABASE_URL".into(),
-                database.expose_secret().to_owned(),
-            ),
-            (
-                "SB_ATTACHMENTS_PUBLIC_URL".into(),
-                format!("http://127.0.0.1:{gateway_port}"),
-            ),
-            ("SB_RUNS_RATE_PER_MINUTE".into(), "100000".into()),
-            ("SB_RUNS_RATE_BURST".into(), "100000".into()),
-            ("RUST_LOG".into(), "warn".into()),
-            // A killed worker's run is taken over within seconds, not the default 30 s.
-            ("SB_WORKER_ACK_WAIT_SECS".into(), "3".into()),
-        ];
+        let mut env = binary_env(
+            &infra,
+            &nats.url(),
+            names.prefix(),
+            &s3,
+            database.expose_secret(),
+        );
         env.extend(
-            test_support::TEST_STREAM_LIMITS
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+            [
+                ("SB_NATS_REPLICAS", "3".to_owned()),
+                (
+                    "SB_ATTACHMENTS_PUBLIC_URL",
+                    format!("http://127.0.0.1:{gateway_port}"),
+                ),
+                ("SB_RUNS_RATE_PER_MINUTE", "100000".to_owned()),
+                ("SB_RUNS_RATE_BURST", "100000".to_owned()),
+            ]
+            .map(|(name, value)| (name.to_owned(), value)),
         );
         env.extend(
             extra_env
@@ -343,17 +310,7 @@ impl Fleet {
     async fn wait_ready(&self, index: usize) -> anyhow::Result<()> {
         let replica = &self.replicas[index];
         let url = format!("http://127.0.0.1:{}/readyz", replica.port);
-        let http = reqwest::Client::new();
-        let deadline = tokio::time::Instant::now() + EVENTUAL * 3;
-        while tokio::time::Instant::now() < deadline {
-            if let Ok(response) = http.get(&url).send().await
-                && response.status().is_success()
-            {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("{} on {} never became ready", replica.service, replica.port)
+        wait_http_ok(&url, EVENTUAL * 3, replica.service).await
     }
 
     /// The base URL of one replica (its own port, bypassing the gateway).

@@ -634,6 +634,52 @@ pub(crate) fn start_binary(
         .with_context(|| format!("cannot start {service}"))
 }
 
+/// The environment every service binary of a test gets: the NATS server and prefix, the
+/// test's JWT secret, S3 bucket and database, quiet logs, a 3 s ack wait (a killed worker's run
+/// is taken over within seconds, not the default 30 s) and the test stream limits.
+pub fn binary_env(
+    infra: &Infra,
+    nats_url: &str,
+    prefix: &str,
+    s3: &platform::s3::S3Config,
+    database: &str,
+) -> Vec<(String, String)> {
+    let pairs = [
+        ("SB_NATS_URL", nats_url),
+        ("SB_NATS_PREFIX", prefix),
+        ("SB_JWT_ALG", "HS256"),
+        ("SB_JWT_SECRET", &infra.jwt_secret),
+        ("SB_S3_ENDPOINT", s3.endpoint.as_deref().unwrap_or_default()),
+        ("SB_S3_ACCESS_KEY", &s3.access_key),
+        ("SB_S3_SECRET_KEY", s3.secret_key.expose_secret()),
+        ("SB_S3_BUCKET", &s3.bucket),
+        ("SB_HISTORY_DATABASE_URL", database),
+        ("SB_ATTACHMENTS_DATABASE_URL", database),
+        ("RUST_LOG", "warn"),
+        ("SB_WORKER_ACK_WAIT_SECS", "3"),
+    ];
+    pairs
+        .iter()
+        .chain(test_support::TEST_STREAM_LIMITS.iter())
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+/// Polls `url` until it answers 2xx, or fails after `within` naming `what`.
+pub async fn wait_http_ok(url: &str, within: Duration, what: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(response) = http.get(url).send().await
+            && response.status().is_success()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{what} never became ready ({url})")
+}
+
 /// Runs the binary of `service` with `args` and only the environment `env` to its end.
 pub async fn run_binary(
     service: &str,
@@ -697,37 +743,12 @@ impl ProcessPlatform {
         let nats = infra.fresh_nats();
         let s3 = infra.fresh_s3();
         let database = infra.fresh_database().await?;
-        let mut common: Vec<(String, String)> = vec![
-            ("SB_NATS_URL".into(), infra.nats_url.clone()),
-            ("SB_NATS_PREFIX".into(), nats.names.prefix().to_owned()),
-            ("SB_JWT_ALG".into(), "HS256".into()),
-            ("SB_JWT_SECRET".into(), infra.jwt_secret.clone()),
-            (
-                "SB_S3_ENDPOINT".into(),
-                s3.endpoint.clone().unwrap_or_default(),
-            ),
-            ("SB_S3_ACCESS_KEY".into(), s3.access_key.clone()),
-            (
-                "SB_S3_SECRET_KEY".into(),
-                s3.secret_key.expose_secret().to_owned(),
-            ),
-            ("SB_S3_BUCKET".into(), s3.bucket.clone()),
-            (
-                "SB_HISTORY_DATABASE_URL".into(),
-                database.expose_secret().to_owned(),
-            ),
-            (
-                "SB_ATTACHMENTS_DATABASE_URL".into(),
-                database.expose_secret().to_owned(),
-            ),
-            ("RUST_LOG".into(), "warn".into()),
-            // A killed worker's run is taken over within seconds, not the default 30 s.
-            ("SB_WORKER_ACK_WAIT_SECS".into(), "3".into()),
-        ];
-        common.extend(
-            test_support::TEST_STREAM_LIMITS
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+        let common = binary_env(
+            &infra,
+            &infra.nats_url,
+            nats.names.prefix(),
+            &s3,
+            database.expose_secret(),
         );
         let mut children = Vec::new();
         let mut urls = Vec::new();
@@ -760,16 +781,7 @@ impl ProcessPlatform {
     }
 
     async fn wait_ready(&self, base: &str) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + EVENTUAL;
-        while tokio::time::Instant::now() < deadline {
-            if let Ok(response) = self.http.get(format!("{base}/readyz")).send().await
-                && response.status().is_success()
-            {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("{base} never became ready")
+        wait_http_ok(&format!("{base}/readyz"), EVENTUAL, base).await
     }
 
     /// A client for this platform.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use secrecy::ExposeSecret as _;
-use switchboard_system_tests::{free_port, run_binary};
+use switchboard_system_tests::{binary_env, free_port, run_binary};
 use test_support::Infra;
 
 /// The environment of `service` on `database`, listening on `port`.
@@ -15,33 +15,12 @@ fn service_env(
     database: &str,
     port: u16,
 ) -> Vec<(String, String)> {
-    let upper = service.to_uppercase();
-    let s3 = infra.fresh_s3();
-    vec![
-        (format!("SB_{upper}_DATABASE_URL"), database.to_owned()),
-        (format!("SB_{upper}_ADDR"), format!("127.0.0.1:{port}")),
-        ("SB_NATS_URL".into(), infra.nats_url.clone()),
-        ("SB_NATS_PREFIX".into(), prefix.to_owned()),
-        ("SB_JWT_SECRET".into(), infra.jwt_secret.clone()),
-        (
-            "SB_S3_ENDPOINT".into(),
-            s3.endpoint.clone().unwrap_or_default(),
-        ),
-        ("SB_S3_ACCESS_KEY".into(), s3.access_key.clone()),
-        (
-            "SB_S3_SECRET_KEY".into(),
-            s3.secret_key.expose_secret().to_owned(),
-        ),
-        ("SB_S3_BUCKET".into(), s3.bucket.clone()),
-        ("RUST_LOG".into(), "warn".into()),
-    ]
-    .into_iter()
-    .chain(
-        test_support::TEST_STREAM_LIMITS
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
-    )
-    .collect()
+    let mut env = binary_env(infra, &infra.nats_url, prefix, &infra.fresh_s3(), database);
+    env.push((
+        format!("SB_{}_ADDR", service.to_uppercase()),
+        format!("127.0.0.1:{port}"),
+    ));
+    env
 }
 
 async fn run(service: &str, args: &[&str], env: &[(String, String)]) -> std::process::Output {

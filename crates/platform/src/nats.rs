@@ -155,22 +155,33 @@ const SETTLE_FOR: Duration = Duration::from_secs(30);
 /// between tries): right after a cluster (re)starts, a stream can be refused for a while
 /// ("no suitable peers for placement, peer offline", no meta leader yet), which is not a reason
 /// for a replica to crash. The last error is returned.
-async fn settled<T, F, Fut>(what: &str, mut attempt: F) -> anyhow::Result<T>
+async fn settled<T, F, Fut>(what: &str, attempt: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let deadline = tokio::time::Instant::now() + SETTLE_FOR;
-    let mut wait = Duration::from_millis(200);
+    retrying(what, SETTLE_FOR, Duration::from_millis(200), attempt).await
+}
+
+/// Runs `attempt` until it succeeds or `budget` is spent, waiting `first` after the first
+/// failure and twice as long after each next one (at most 2 s), logging each failure.
+async fn retrying<T, F, Fut>(
+    what: &str,
+    budget: Duration,
+    first: Duration,
+    mut attempt: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + budget;
+    let mut wait = first;
     loop {
         match attempt().await {
             Ok(value) => return Ok(value),
             Err(err) if tokio::time::Instant::now() + wait < deadline => {
-                tracing::warn!(
-                    what,
-                    error = format!("{err:#}"),
-                    "JetStream not ready, retrying"
-                );
+                tracing::warn!(what, error = format!("{err:#}"), "NATS refused, retrying");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));
             }
@@ -337,29 +348,20 @@ pub async fn publish_idempotent(
     headers: HeaderMap,
     payload: bytes::Bytes,
 ) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + PUBLISH_RETRY_FOR;
-    let mut wait = Duration::from_millis(100);
-    loop {
-        let attempt = async {
-            js.publish_with_headers(subject.to_owned(), headers.clone(), payload.clone())
-                .await?
-                .await
-                .map_err(anyhow::Error::from)
-        };
-        match attempt.await {
-            Ok(_) => return Ok(()),
-            Err(err) if tokio::time::Instant::now() + wait < deadline => {
-                tracing::warn!(
-                    subject,
-                    error = format!("{err:#}"),
-                    "publish not acknowledged, retrying"
-                );
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-            Err(err) => return Err(err.context("JetStream did not acknowledge the publish")),
-        }
-    }
+    let publish = || async {
+        js.publish_with_headers(subject.to_owned(), headers.clone(), payload.clone())
+            .await?
+            .await?;
+        anyhow::Ok(())
+    };
+    retrying(
+        subject,
+        PUBLISH_RETRY_FOR,
+        Duration::from_millis(100),
+        publish,
+    )
+    .await
+    .context("JetStream did not acknowledge the publish")
 }
 
 /// Header that makes a publish conditional on the subject's last sequence.
