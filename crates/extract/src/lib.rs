@@ -265,9 +265,9 @@ fn guarded(
     })
 }
 
-/// The start of a text file as a string: UTF-16 when it has a UTF-16 byte order mark,
-/// otherwise UTF-8 (invalid sequences replaced), with any byte order mark removed.
-///
+/// The start of a text file as a string: UTF-16 when it has a UTF-16 byte order mark, UTF-8
+/// when it is UTF-8, otherwise in the legacy encoding `chardetng` detects from its bytes
+/// (Windows-1252 from Excel, Shift_JIS, ...), with any byte order mark removed.
 /// Only the first `4 * (max_chars + 1)` bytes are decoded: a character takes at most 4
 /// bytes in both encodings (and an invalid byte becomes one replacement character), so
 /// when the file goes on past them the string has more than `max_chars` characters, the
@@ -288,7 +288,22 @@ fn decode_text(bytes: &[u8], max_chars: usize) -> String {
         return utf16(&rest[..prefix(rest)], u16::from_be_bytes);
     }
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    String::from_utf8_lossy(&bytes[..prefix(bytes)]).into_owned()
+    let kept = &bytes[..prefix(bytes)];
+    match std::str::from_utf8(kept) {
+        Ok(text) => text.to_owned(),
+        // Cut inside a character at `keep`: still UTF-8 (the sink cuts further anyway).
+        Err(err) if err.error_len().is_none() => String::from_utf8_lossy(kept).into_owned(),
+        // Not UTF-8: a legacy encoding (Windows-1252 from Excel, Shift_JIS, ...), detected
+        // from the bytes themselves; each byte decodes to one character or fewer, so the
+        // cap above still holds.
+        Err(_) => {
+            let mut detector =
+                chardetng::EncodingDetector::new(chardetng::Iso2022JpDetection::Deny);
+            detector.feed(kept, kept.len() == bytes.len());
+            let encoding = detector.guess(None, chardetng::Utf8Detection::Allow);
+            encoding.decode_without_bom_handling(kept).0.into_owned()
+        }
+    }
 }
 
 /// The text the agent sees for an attachment: a header naming the file, then the

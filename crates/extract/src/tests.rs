@@ -380,7 +380,7 @@ fn xlsx_without_a_workbook_falls_back_to_numbered_sheets() {
 }
 
 #[test]
-fn text_and_csv_are_utf8_without_bom_and_truncated() {
+fn text_and_csv_are_utf8_without_bom_legacy_encodings_detected_and_truncated() {
     let (text, truncated) = text_of(extract(
         "text/csv; charset=utf-8",
         "a.csv",
@@ -389,8 +389,17 @@ fn text_and_csv_are_utf8_without_bom_and_truncated() {
     ));
     assert_eq!((text.as_str(), truncated), ("a,b\n1,2\n", false));
 
-    let (text, _) = text_of(extract("text/plain", "bad.txt", b"ok\xFFok", &limits()));
-    assert_eq!(text, "ok\u{FFFD}ok");
+    // Saved by Excel in Windows-1252 (not UTF-8): detected and decoded, not replaced.
+    let excel = b"name,city,price\nJos\xe9,M\xfcnchen,12\x80\nFran\xe7oise,Bogot\xe1,\xa35\n";
+    let (text, _) = text_of(extract("text/csv", "excel.csv", excel, &limits()));
+    assert_eq!(
+        text,
+        "name,city,price\nJosé,München,12€\nFrançoise,Bogotá,£5\n"
+    );
+    // Shift_JIS, detected the same way.
+    let (sjis, _, _) = encoding_rs::SHIFT_JIS.encode("名前,都市\n山田,東京\n");
+    let (text, _) = text_of(extract("text/csv", "jp.csv", &sjis, &limits()));
+    assert_eq!(text, "名前,都市\n山田,東京\n");
 
     let utf16: Vec<u8> = [0xFF, 0xFE]
         .into_iter()
