@@ -348,6 +348,122 @@ fn shared_strings(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<SharedString
     Ok(strings)
 }
 
+/// Most cell styles read from `xl/styles.xml` (a workbook has a few hundred at most).
+const MAX_STYLES: usize = 65_536;
+
+/// Which cell styles (a cell's `s`: an index into `cellXfs` of `xl/styles.xml`) show a number
+/// as a date or time: the built-in date and time formats, and custom format codes with date or
+/// time parts. Without it, a date comes out as its serial number (45292 for 2024-01-01).
+fn date_styles(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<bool>, ExtractError> {
+    let Some(part) = pkg.part("xl/styles.xml")? else {
+        return Ok(Vec::new());
+    };
+    let mut custom: HashMap<u32, bool> = HashMap::new();
+    let mut styles = Vec::new();
+    let mut in_cell_xfs = false;
+    walk("XLSX", &part, sink, |_, event| {
+        match event {
+            Event::Start(e) if local(&e) == "cellXfs" => in_cell_xfs = true,
+            Event::End(e) if local_end(&e.name()) == "cellXfs" => in_cell_xfs = false,
+            Event::Start(e) | Event::Empty(e) => match local(&e) {
+                "numFmt" => {
+                    if let (Some(id), Some(code)) = (
+                        attr(&e, "numFmtId").and_then(|v| v.parse().ok()),
+                        attr(&e, "formatCode"),
+                    ) {
+                        custom.insert(id, is_date_format(&code));
+                    }
+                }
+                "xf" if in_cell_xfs => {
+                    let id: u32 = attr(&e, "numFmtId")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let builtin = matches!(id, 14..=22 | 27..=36 | 45..=47 | 50..=58);
+                    styles.push(builtin || custom.get(&id).copied().unwrap_or(false));
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+        styles.len() < MAX_STYLES
+    })?;
+    Ok(styles)
+}
+
+/// Whether a number format code shows a date or time: a `y`, `m`, `d`, `h` or `s` outside
+/// quoted text, escapes and `[...]` sections (colours, conditions, locales).
+fn is_date_format(code: &str) -> bool {
+    let (mut quoted, mut bracket, mut escaped) = (false, false, false);
+    for c in code.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            '[' if !quoted => bracket = true,
+            ']' if !quoted => bracket = false,
+            'y' | 'Y' | 'm' | 'M' | 'd' | 'D' | 'h' | 'H' | 's' | 'S' if !quoted && !bracket => {
+                return true;
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A serial date of the 1900 date system as `YYYY-MM-DD`, `HH:MM:SS` (under one day) or both;
+/// `None` for a serial no date has.
+fn serial_date(serial: f64) -> Option<String> {
+    if !serial.is_finite() || !(0.0..2_958_466.0).contains(&serial) {
+        return None; // past 9999-12-31
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "checked to be within 0..2958466"
+    )]
+    let days = serial.trunc() as i64;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a fraction of a day in seconds"
+    )]
+    let seconds = ((serial - serial.trunc()) * 86_400.0).round() as i64;
+    let (hours, minutes, secs) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    let time = format!("{hours:02}:{minutes:02}:{secs:02}");
+    if days == 0 {
+        return Some(time);
+    }
+    // Excel counts a 29 February 1900 that never was: serials from 61 are a day ahead.
+    let date = if days == 60 {
+        "1900-02-29".to_owned()
+    } else {
+        let epoch_1970 = if days > 60 {
+            days - 25_569
+        } else {
+            days - 25_568
+        };
+        let (y, m, d) = civil_from_days(epoch_1970);
+        format!("{y:04}-{m:02}-{d:02}")
+    };
+    Some(if seconds == 0 {
+        date
+    } else {
+        format!("{date} {time}")
+    })
+}
+
+/// The proleptic Gregorian date of a day count from 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 /// Sheets in workbook order: (name, part path). Falls back to
 /// `xl/worksheets/sheetN.xml` in numeric order when the workbook cannot be read.
 fn sheets(pkg: &mut Package<'_>, sink: &mut Sink) -> Result<Vec<(String, String)>, ExtractError> {
@@ -429,13 +545,20 @@ fn csv_field(value: &str, out: &mut String) {
 }
 
 /// One worksheet's rows as CSV lines (empty rows skipped; gaps between cells kept).
-fn sheet_rows(part: &Part, shared: &SharedStrings, sink: &mut Sink) -> Result<(), ExtractError> {
+fn sheet_rows(
+    part: &Part,
+    shared: &SharedStrings,
+    dates: &[bool],
+    sink: &mut Sink,
+) -> Result<(), ExtractError> {
     let mut line = String::new();
     let mut col = 0usize;
     let mut row_has_value = false;
     let mut cell_type = String::new();
     let mut cell_col: Option<usize> = None;
+    let mut cell_is_date = false;
     let mut value = String::new();
+    let mut date = String::new();
     let (mut in_v, mut in_t, mut in_cell) = (false, false, false);
     walk("XLSX", part, sink, |sink, event| {
         match event {
@@ -449,6 +572,10 @@ fn sheet_rows(part: &Part, shared: &SharedStrings, sink: &mut Sink) -> Result<()
                     in_cell = true;
                     cell_type = attr(&e, "t").unwrap_or_default();
                     cell_col = attr(&e, "r").as_deref().and_then(column);
+                    cell_is_date = attr(&e, "s")
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .and_then(|s| dates.get(s).copied())
+                        .unwrap_or(false);
                     value.clear();
                 }
                 "v" => in_v = in_cell,
@@ -469,6 +596,13 @@ fn sheet_rows(part: &Part, shared: &SharedStrings, sink: &mut Sink) -> Result<()
                             .unwrap_or(""),
                         "b" if value.trim() == "1" => "TRUE",
                         "b" if value.trim() == "0" => "FALSE",
+                        "" | "n" if cell_is_date => match value.trim().parse::<f64>() {
+                            Ok(serial) => {
+                                date = serial_date(serial).unwrap_or_else(|| value.clone());
+                                date.as_str()
+                            }
+                            Err(_) => value.as_str(),
+                        },
                         _ => value.as_str(),
                     };
                     // Cells past what the text can still hold are dropped: the row
@@ -517,6 +651,7 @@ pub(crate) fn xlsx(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractEr
     let mut pkg = Package::open("XLSX", bytes, limits)?;
     let mut sink = Sink::new(limits);
     let shared = shared_strings(&mut pkg, &mut sink)?;
+    let dates = date_styles(&mut pkg, &mut sink)?;
     let sheets = sheets(&mut pkg, &mut sink)?;
     for (name, path) in sheets {
         if sink.done() {
@@ -528,7 +663,7 @@ pub(crate) fn xlsx(bytes: &[u8], limits: &Limits) -> Result<Extracted, ExtractEr
         if !sink.section(&format!("--- Sheet: {name} ---")) {
             break;
         }
-        sheet_rows(&part, &shared, &mut sink)?;
+        sheet_rows(&part, &shared, &dates, &mut sink)?;
         if part.cut {
             break;
         }

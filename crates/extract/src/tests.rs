@@ -372,6 +372,25 @@ fn xlsx_sheets_come_out_as_csv_in_workbook_order() {
 }
 
 #[test]
+fn xlsx_dates_and_times_come_out_as_dates_not_serial_numbers() {
+    let styles = br#"<styleSheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><numFmts count="2"><numFmt numFmtId="164" formatCode="dd/mm/yyyy\ hh:mm"/><numFmt numFmtId="165" formatCode="&quot;Day&quot;\ 0.00"/></numFmts><cellXfs count="5"><xf numFmtId="0"/><xf numFmtId="14"/><xf numFmtId="164"/><xf numFmtId="165"/><xf numFmtId="21"/></cellXfs></styleSheet>"#;
+    let sheet = br#"<worksheet><sheetData><row><c s="1"><v>45292</v></c><c s="2"><v>45292.75</v></c><c s="3"><v>45292</v></c><c s="0"><v>45292</v></c><c s="4"><v>0.5</v></c><c s="1"><v>1</v></c><c s="1"><v>60</v></c><c s="1"><v>61</v></c><c s="1" t="s"><v>0</v></c></row></sheetData></worksheet>"#;
+    let shared = br#"<sst><si><t>text</t></si></sst>"#;
+    let xlsx = zip_of(&[
+        ("xl/styles.xml", styles),
+        ("xl/sharedStrings.xml", shared),
+        ("xl/worksheets/sheet1.xml", sheet),
+    ]);
+    let (text, _) = text_of(extract(XLSX_MIME, "dates.xlsx", &xlsx, &limits()));
+    // Date style, date-time custom format, a number format with quoted text (not a date),
+    // General, a time, the first day, Excel's 29 February 1900, the day after, a string cell.
+    assert_eq!(
+        text,
+        "--- Sheet: Sheet1 ---\n2024-01-01,2024-01-01 18:00:00,45292,45292,12:00:00,1900-01-01,1900-02-29,1900-03-01,text\n"
+    );
+}
+
+#[test]
 fn xlsx_without_a_workbook_falls_back_to_numbered_sheets() {
     let sheet = br#"<worksheet><sheetData><row><c><v>7</v></c><c><v>8</v></c></row></sheetData></worksheet>"#;
     let xlsx = zip_of(&[("xl/worksheets/sheet1.xml", sheet)]);
