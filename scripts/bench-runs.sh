@@ -44,6 +44,10 @@ cargo build --release --locked --quiet -p switchboard-runs -p switchboard-bench
 # ---------------------------------------------------------------- processes, cleaned up on exit
 PREFIX="bench-$(date +%s)-$((RANDOM % 10000))"
 export SB_NATS_PREFIX="$PREFIX"
+# Stream reservations that fit beside the local platform's on the one NATS (a run is ~400 B);
+# the runs service and the publish loop both read them.
+export SB_NATS_RUNS_MAX_BYTES=2147483648 SB_NATS_EVENTS_MAX_BYTES=1073741824 \
+  SB_NATS_KV_MAX_BYTES=268435456
 NATS_URL="nats://127.0.0.1:$NATS_PORT"
 STARTED=()
 

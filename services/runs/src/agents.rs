@@ -27,7 +27,12 @@ pub(crate) enum ChooseError {
 pub(crate) struct AgentCatalog {
     cards: Arc<RwLock<BTreeMap<String, AgentCard>>>,
     kv: JsonKv,
+    /// When the bucket was last listed because no card was known (at most once a second).
+    listed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
+
+/// How often an empty catalog lists the bucket itself instead of waiting for the watch.
+const LIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl AgentCatalog {
     /// Follows the bucket until `shutdown` (re-watching after an error).
@@ -35,6 +40,7 @@ impl AgentCatalog {
         let catalog = Self {
             cards: Arc::default(),
             kv,
+            listed: Arc::default(),
         };
         let follower = catalog.clone();
         tokio::spawn(async move {
@@ -126,10 +132,21 @@ impl AgentCatalog {
             .and_then(|c| c.values().find(|card| card.default).cloned())
     }
 
-    /// Before the watch has delivered anything, read the bucket once.
+    /// Before the watch has delivered anything, read the bucket (at most every [`LIST_EVERY`]).
     async fn load_if_empty(&self) -> Result<(), ChooseError> {
         if self.cards.read().is_ok_and(|c| !c.is_empty()) {
             return Ok(());
+        }
+        // Listing a bucket is a consumer on the server: with no worker registered, once a
+        // second, not once a request (it cost 4x the run's own publish in nats-server CPU).
+        {
+            let Ok(mut listed) = self.listed.lock() else {
+                return Ok(());
+            };
+            if listed.is_some_and(|at| at.elapsed() < LIST_EVERY) {
+                return Ok(());
+            }
+            *listed = Some(std::time::Instant::now());
         }
         let keys = self.kv.keys().await.map_err(ChooseError::Unavailable)?;
         for key in keys {

@@ -72,7 +72,8 @@ async fn main() -> anyhow::Result<()> {
     let config = NatsConfig {
         url,
         names: settings.names.clone(),
-        limits: platform::nats::StreamLimits::default(),
+        // The stream limits the runs service under test was given (`SB_NATS_*`).
+        limits: platform::config::Env::from_process().nats()?.limits,
         credentials: platform::nats_auth::NatsCredentials::default(),
     };
     let (_client, js) = platform::nats::connect(&config, "bench-js-publish-loop").await?;
