@@ -7,6 +7,7 @@
 //! turn: the client runs its tool and sends the result in its next run.
 
 mod decoder;
+mod request;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -20,9 +21,10 @@ use protocol::agui::Event;
 use protocol::run_input::{ContentBlock, Message, UserContent};
 use protocol::sse::{SseFrame, SseParser};
 use secrecy::{ExposeSecret as _, SecretString};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 pub use self::decoder::StreamDecoder;
+pub use self::request::{ChatMessage, ChatRequest};
 use crate::agent::{Agent, ModelInput};
 use crate::sink::EventSink;
 
@@ -338,7 +340,10 @@ pub fn build_request(input: &ModelInput<'_>, model: &str, extra_user_parts: &[Va
     let run = &input.task.input;
     let mut messages = Vec::with_capacity(run.messages.len() + 2);
     if !input.system_prompt.is_empty() {
-        messages.push(json!({"role": "system", "content": input.system_prompt}));
+        messages.push(ChatMessage::System {
+            content: &input.system_prompt,
+            name: None,
+        });
     }
     let last_user = run
         .messages
@@ -355,109 +360,100 @@ pub fn build_request(input: &ModelInput<'_>, model: &str, extra_user_parts: &[Va
         }
     }
     if last_user.is_none() && !extra_user_parts.is_empty() {
-        messages.push(json!({"role": "user", "content": extra_user_parts}));
+        messages.push(ChatMessage::User {
+            content: request::UserContent::Parts(extra_user_parts.to_vec()),
+            name: None,
+        });
     }
-    let mut body = Map::new();
-    body.insert("model".to_owned(), json!(model));
-    body.insert("stream".to_owned(), json!(true));
-    body.insert("messages".to_owned(), Value::Array(messages));
-    let tools = run.tools.as_deref().unwrap_or_default();
-    if !tools.is_empty() {
-        let tools = tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    }
-                })
-            })
-            .collect();
-        body.insert("tools".to_owned(), Value::Array(tools));
-    }
-    body.insert("stream_options".to_owned(), json!({"include_usage": false}));
-    Value::Object(body)
+    let tools = run
+        .tools
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|tool| request::ChatTool {
+            kind: "function",
+            function: request::FunctionSpec {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        })
+        .collect();
+    let body = ChatRequest {
+        model,
+        stream: true,
+        messages,
+        tools,
+        stream_options: request::StreamOptions {
+            include_usage: false,
+        },
+    };
+    // Plain structs of strings and JSON values: serializing cannot fail.
+    serde_json::to_value(body).unwrap_or_default()
 }
 
-fn map_message(message: &Message, extra_parts: &[Value]) -> Option<Value> {
-    let mut out = Map::new();
-    let name = match message {
-        Message::User(user) => {
-            out.insert("role".to_owned(), json!("user"));
-            out.insert(
-                "content".to_owned(),
-                user_content(&user.content, extra_parts),
-            );
-            user.name.as_deref()
-        }
+fn map_message<'a>(message: &'a Message, extra_parts: &[Value]) -> Option<ChatMessage<'a>> {
+    Some(match message {
+        Message::User(user) => ChatMessage::User {
+            content: user_content(&user.content, extra_parts),
+            name: user.name.as_deref(),
+        },
         Message::Assistant(assistant) => {
-            out.insert("role".to_owned(), json!("assistant"));
-            let calls: Vec<Value> = assistant
+            let tool_calls: Vec<request::ToolCall<'_>> = assistant
                 .tool_calls
                 .iter()
                 .flatten()
-                .map(|call| {
-                    json!({
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.function.name,
-                            "arguments": call.function.arguments,
-                        }
-                    })
+                .map(|call| request::ToolCall {
+                    id: &call.id,
+                    kind: "function",
+                    function: request::FunctionCall {
+                        name: &call.function.name,
+                        arguments: &call.function.arguments,
+                    },
                 })
                 .collect();
             let content = match &assistant.content {
-                Some(text) => json!(text),
-                None if calls.is_empty() => json!(""),
-                None => Value::Null,
+                Some(text) => Some(text.as_str()),
+                None if tool_calls.is_empty() => Some(""),
+                None => None,
             };
-            out.insert("content".to_owned(), content);
-            if !calls.is_empty() {
-                out.insert("tool_calls".to_owned(), Value::Array(calls));
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+                name: assistant.name.as_deref(),
             }
-            assistant.name.as_deref()
         }
-        Message::Tool(tool) => {
-            out.insert("role".to_owned(), json!("tool"));
-            out.insert("tool_call_id".to_owned(), json!(tool.tool_call_id));
-            let content = match &tool.error {
+        Message::Tool(tool) => ChatMessage::Tool {
+            tool_call_id: &tool.tool_call_id,
+            content: match &tool.error {
                 Some(error) if tool.content.is_empty() => format!("Error: {error}"),
                 _ => tool.content.clone(),
-            };
-            out.insert("content".to_owned(), json!(content));
-            None
-        }
-        Message::System(text) | Message::Developer(text) => {
-            out.insert("role".to_owned(), json!("system"));
-            out.insert("content".to_owned(), json!(text.content));
-            text.name.as_deref()
-        }
+            },
+        },
+        Message::System(text) | Message::Developer(text) => ChatMessage::System {
+            content: &text.content,
+            name: text.name.as_deref(),
+        },
         Message::Reasoning(_) | Message::Activity(_) => return None,
-    };
-    if let Some(name) = name {
-        out.insert("name".to_owned(), json!(name));
-    }
-    Some(Value::Object(out))
+    })
 }
 
 /// A user message's content: its text as is, or content parts when it has blocks or
 /// `extra_parts`.
-fn user_content(content: &UserContent, extra_parts: &[Value]) -> Value {
+fn user_content(content: &UserContent, extra_parts: &[Value]) -> request::UserContent {
     let mut parts: Vec<Value> = match content {
-        UserContent::Text(text) if extra_parts.is_empty() => return json!(text),
+        UserContent::Text(text) if extra_parts.is_empty() => {
+            return request::UserContent::Text(text.clone());
+        }
         UserContent::Text(text) if text.is_empty() => Vec::new(),
         UserContent::Text(text) => vec![json!({"type": "text", "text": text})],
         UserContent::Blocks(blocks) => blocks.iter().filter_map(block_part).collect(),
     };
     parts.extend(extra_parts.iter().cloned());
     if parts.is_empty() {
-        json!("")
+        request::UserContent::Text(String::new())
     } else {
-        Value::Array(parts)
+        request::UserContent::Parts(parts)
     }
 }
 
