@@ -3,7 +3,70 @@
 use std::collections::BTreeMap;
 
 use protocol::agui::Event;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+/// One `data` object of the stream, as far as it is used. Decoding is lenient: a field of an
+/// unexpected type (servers differ) counts as absent instead of failing the chunk.
+#[derive(Debug, Default, Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default, deserialize_with = "lenient")]
+    choices: Option<Vec<Choice>>,
+}
+
+/// A choice of a chunk (`n` = 1: the first is the answer).
+#[derive(Debug, Default, Deserialize)]
+struct Choice {
+    #[serde(default, deserialize_with = "lenient")]
+    delta: Option<Delta>,
+    #[serde(default, deserialize_with = "lenient")]
+    finish_reason: Option<String>,
+}
+
+/// What a chunk adds to the answer.
+#[derive(Debug, Default, Deserialize)]
+struct Delta {
+    #[serde(default, deserialize_with = "lenient")]
+    content: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    refusal: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    tool_calls: Option<Vec<CallDelta>>,
+}
+
+/// A fragment of a tool call: its index, and its id and name the first time.
+#[derive(Debug, Default, Deserialize)]
+struct CallDelta {
+    #[serde(default, deserialize_with = "lenient")]
+    index: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    id: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    function: Option<FunctionDelta>,
+}
+
+/// The function part of a tool call fragment; `arguments` is a JSON string (some servers send
+/// the object itself).
+#[derive(Debug, Default, Deserialize)]
+struct FunctionDelta {
+    #[serde(default, deserialize_with = "lenient")]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// A field as `T`, or absent when it has another shape.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
 
 /// Longest part of a model error message kept in the error.
 const MAX_ERROR_CHARS: usize = 500;
@@ -50,32 +113,29 @@ impl StreamDecoder {
 
     /// The events of one chunk. An `{"error": ...}` chunk is an error.
     pub fn push(&mut self, chunk: &Value) -> anyhow::Result<Vec<Event>> {
-        if let Some(error) = chunk.get("error") {
+        // Only an object is a chunk (serde would read an array as the struct's fields in order).
+        let chunk = match chunk {
+            Value::Object(_) => Chunk::deserialize(chunk).unwrap_or_default(),
+            _ => Chunk::default(),
+        };
+        if let Some(error) = &chunk.error {
             anyhow::bail!("model API error: {}", describe_error(error));
         }
         let mut events = Vec::new();
         // With `n` = 1 there is one choice; chunks without one (usage) carry no events.
-        let Some(choice) = chunk
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|choices| choices.first())
-        else {
+        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
             return Ok(events);
         };
-        if let Some(delta) = choice.get("delta") {
-            for key in ["content", "refusal"] {
-                if let Some(text) = delta.get(key).and_then(Value::as_str) {
-                    self.text(text, &mut events);
-                }
+        if let Some(delta) = choice.delta {
+            for text in [&delta.content, &delta.refusal].into_iter().flatten() {
+                self.text(text, &mut events);
             }
-            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                for call in calls {
-                    self.tool_call(call, &mut events);
-                }
+            for call in delta.tool_calls.unwrap_or_default() {
+                self.tool_call(call, &mut events);
             }
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish_reason = Some(reason.to_owned());
+        if let Some(reason) = choice.finish_reason {
+            self.finish_reason = Some(reason);
             self.close(&mut events)?;
         }
         Ok(events)
@@ -137,13 +197,10 @@ impl StreamDecoder {
         }
     }
 
-    fn tool_call(&mut self, call: &Value, events: &mut Vec<Event>) {
+    fn tool_call(&mut self, call: CallDelta, events: &mut Vec<Event>) {
         self.close_text(events);
-        let id = call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty());
-        let index = match call.get("index").and_then(Value::as_u64) {
+        let id = call.id.as_deref().filter(|id| !id.is_empty());
+        let index = match call.index {
             Some(index) => index,
             // Without an index: a new id is a new call, anything else continues the last one.
             None => {
@@ -157,12 +214,9 @@ impl StreamDecoder {
                 }
             }
         };
-        let function = call.get("function");
-        let name = function
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str)
-            .filter(|name| !name.is_empty());
-        let arguments = match function.and_then(|f| f.get("arguments")) {
+        let function = call.function.unwrap_or_default();
+        let name = function.name.as_deref().filter(|name| !name.is_empty());
+        let arguments = match &function.arguments {
             Some(Value::String(arguments)) => arguments.clone(),
             Some(Value::Null) | None => String::new(),
             Some(other) => other.to_string(), // some servers send the object itself
@@ -428,6 +482,36 @@ mod tests {
         // No content at all: no message at all.
         let nothing = decode(&[delta(json!({"content": ""})), finish("stop")]).unwrap();
         assert_eq!(nothing, Vec::<Event>::new());
+    }
+
+    #[test]
+    fn fields_of_unexpected_types_count_as_absent_and_object_arguments_are_kept() {
+        let events = decode(&[
+            delta(json!({"content": 42, "tool_calls": null})),
+            json!({"choices": "nope"}),
+            json!([1, 2]),
+            delta(json!({"content": "ok", "refusal": {"x": 1}})),
+            delta(json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]})),
+            finish("tool_calls"),
+        ])
+        .unwrap();
+        assert_eq!(
+            events,
+            vec![
+                start("t-msg-1"),
+                content("t-msg-1", "ok"),
+                end("t-msg-1"),
+                Event::ToolCallStart {
+                    tool_call_id: "c".to_owned(),
+                    tool_call_name: "f".to_owned(),
+                    parent_message_id: Some("t-msg-1".to_owned()),
+                },
+                args("c", "{\"a\":1}"),
+                Event::ToolCallEnd {
+                    tool_call_id: "c".to_owned()
+                },
+            ]
+        );
     }
 
     #[test]
