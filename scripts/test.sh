@@ -35,13 +35,16 @@ ensure_js_clients() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   fi
   local dir
-  for dir in "$ROOT/tests/browser" "$ROOT/tests/agui"; do
+  for dir in "$ROOT/tests/browser" "$ROOT/tests/agui" "$ROOT/web"; do
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
       log "installing npm packages (npm ci in ${dir#"$ROOT"/})"
       (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
       touch "$dir/node_modules"
     fi
   done
+  # The web client's production build (type check included), served by tests/system/web.rs.
+  log "building the web client (npm run build in web)"
+  (cd "$ROOT/web" && npm run --silent build >/dev/null)
 }
 
 ensure_toolchain

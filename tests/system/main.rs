@@ -24,4 +24,5 @@ mod server_upload;
 mod streams;
 mod threads;
 mod uploads;
+mod web;
 mod websocket;

@@ -1,0 +1,789 @@
+// The chat's state and everything that changes it: sign-in, the thread list, history day by
+// day, uploads, runs streamed through AG-UI's HttpAgent (resumed after a drop or a reload),
+// prompts and their answers. The view (ui/) only reads `state` and calls these methods.
+
+import { buildResumeArray } from "@ag-ui/client";
+import type { AgentSubscriber, BaseEvent, Interrupt, RunAgentInput } from "@ag-ui/client";
+import type { RunAgentParameters } from "@ag-ui/client";
+
+import { SwitchboardAgent, type ResumePoint } from "./agent";
+import { Api, ApiError } from "./api";
+import { session, tokenFromFragment } from "./session";
+import type { GeneratedFile, HistoryDay, HistoryMessage, PromptInterrupt, StoredAttachment, ThreadSummary, UiSchemaRenderer } from "./types";
+import { compileHints } from "./uischema";
+import { checkSelection, FILE_TYPES, uploadError, uploadFile, type UploadPhase } from "./upload";
+
+/** A file shown as a chip: a user's attachment or a file the agent made. */
+export interface FileRef {
+  name: string;
+  contentUrl: string | null;
+  mimeType?: string;
+  size?: number;
+  icon?: string;
+}
+
+/** A tool call or an agent step, shown as a step of the assistant's message. */
+export interface Step {
+  id: string;
+  kind: "tool" | "step";
+  name: string;
+  args: string;
+  status: "running" | "called" | "done";
+  result?: string;
+  resultMessageId?: string;
+  ui?: UiSchemaRenderer | null;
+}
+
+export interface PromptState {
+  interrupt: PromptInterrupt;
+  status: "pending" | "sending" | "answered" | "dismissed" | "timed_out";
+  answer?: string;
+  error?: string;
+}
+
+export interface ChatItem {
+  key: string;
+  role: "user" | "assistant" | "notice" | "prompt";
+  text: string;
+  streaming?: boolean;
+  files?: FileRef[];
+  steps?: Step[];
+  ui?: UiSchemaRenderer[];
+  runId?: string;
+  day?: string | null;
+  level?: "info" | "error";
+  prompt?: PromptState;
+}
+
+/** A run this tab follows: the last event it applied and whether the run is over. */
+interface RunState {
+  runId: string;
+  cursor: number;
+  started: boolean;
+  terminal: boolean;
+  /** A run the server starts itself (a prompt's timeout): 404 until it exists. */
+  awaited?: boolean;
+}
+
+/** What the tab keeps (sessionStorage) about a thread's runs since the last settled one. */
+interface Live {
+  threadId: string;
+  runIds: string[];
+  items: ChatItem[];
+  run: RunState | null;
+}
+
+export interface Draft {
+  id: string;
+  file: File;
+  type: string;
+  phase: UploadPhase;
+}
+
+export type RunStatus = "sending" | "streaming" | "reconnecting" | "stopping" | null;
+
+export interface ViewState {
+  token: string | null;
+  signInError: string | null;
+  threads: ThreadSummary[];
+  threadsCursor: string | null;
+  threadsLoading: boolean;
+  threadsError: string | null;
+  titles: Record<string, string>;
+  threadId: string | null;
+  history: ChatItem[];
+  oldestDay: string | null;
+  hasMore: boolean;
+  historyLoading: boolean;
+  historyError: string | null;
+  live: ChatItem[];
+  runStatus: RunStatus;
+  drafts: Draft[];
+  composerErrors: string[];
+  announcement: string;
+}
+
+const today = () => new Date().toLocaleDateString("en-CA");
+const uuid = () => crypto.randomUUID();
+
+export class Chat {
+  state: ViewState = {
+    token: null,
+    signInError: null,
+    threads: [],
+    threadsCursor: null,
+    threadsLoading: false,
+    threadsError: null,
+    titles: {},
+    threadId: null,
+    history: [],
+    oldestDay: null,
+    hasMore: false,
+    historyLoading: false,
+    historyError: null,
+    live: [],
+    runStatus: null,
+    drafts: [],
+    composerErrors: [],
+    announcement: "",
+  };
+  private listeners = new Set<() => void>();
+  private api: Api | null = null;
+  private agent: SwitchboardAgent | null = null;
+  private liveState: Live | null = null;
+  /** Bumped when the open thread changes: loops of the previous one stop. */
+  private generation = 0;
+
+  subscribe(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private set(patch: Partial<ViewState>): void {
+    this.state = { ...this.state, ...patch };
+    for (const listener of this.listeners) listener();
+  }
+
+  private announce(text: string): void {
+    this.set({ announcement: text });
+  }
+
+  // ------------------------------------------------------------------ sign-in
+
+  /** On load: a token from the sign-in link, or the one this tab already has. */
+  async start(): Promise<void> {
+    const token = tokenFromFragment() ?? session.token();
+    if (token) await this.signIn(token);
+  }
+
+  async signIn(token: string): Promise<boolean> {
+    const api = new Api(token.trim(), () => this.signOut("Your session has expired or the token was refused. Sign in again."));
+    try {
+      const page = await api.threads(null);
+      session.setToken(api.token);
+      this.api = api;
+      this.set({ token: api.token, signInError: null, threads: page.threads, threadsCursor: page.nextCursor, titles: session.titles() });
+      const thread = session.thread();
+      if (thread) await this.openThread(thread);
+      else this.newThread();
+      return true;
+    } catch (error) {
+      const message =
+        error instanceof ApiError && error.status === 401
+          ? "This token was refused: check that it is complete and not expired."
+          : `Cannot reach Switchboard: ${error instanceof Error ? error.message : String(error)}`;
+      this.set({ signInError: message });
+      return false;
+    }
+  }
+
+  signOut(reason: string | null = null): void {
+    this.generation += 1;
+    this.agent?.abortRun();
+    session.clear();
+    this.api = null;
+    this.agent = null;
+    this.liveState = null;
+    this.set({ token: null, signInError: reason, threads: [], threadId: null, history: [], live: [], drafts: [], runStatus: null });
+  }
+
+  // ------------------------------------------------------------------ threads
+
+  async loadThreads(more = false): Promise<void> {
+    if (!this.api) return;
+    this.set({ threadsLoading: true, threadsError: null });
+    try {
+      const page = await this.api.threads(more ? this.state.threadsCursor : null);
+      const threads = more ? [...this.state.threads, ...page.threads.filter((t) => !this.state.threads.some((s) => s.threadId === t.threadId))] : page.threads;
+      this.set({ threads, threadsCursor: page.nextCursor, threadsLoading: false });
+    } catch (error) {
+      this.set({ threadsLoading: false, threadsError: `Could not load conversations: ${messageOf(error)}` });
+    }
+  }
+
+  newThread(): void {
+    this.leaveThread();
+    const threadId = uuid();
+    session.setThread(threadId);
+    this.agent = new SwitchboardAgent(this.api!.token, threadId);
+    this.set({ threadId, history: [], live: [], oldestDay: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [] });
+    this.announce("New conversation");
+  }
+
+  private leaveThread(): void {
+    this.generation += 1;
+    this.agent?.abortRun();
+    this.agent = null;
+    this.liveState = null;
+    this.set({ runStatus: null });
+  }
+
+  async openThread(threadId: string): Promise<void> {
+    if (!this.api) return;
+    this.leaveThread();
+    const generation = this.generation;
+    session.setThread(threadId);
+    this.agent = new SwitchboardAgent(this.api.token, threadId);
+    const live = session.live<Live>(threadId);
+    this.liveState = live;
+    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [] });
+    try {
+      const day = await this.api.historyDay(threadId);
+      if (generation !== this.generation) return;
+      this.set({ history: this.fromHistory(day), oldestDay: day.day, hasMore: day.hasMore, historyLoading: false });
+    } catch (error) {
+      if (generation !== this.generation) return;
+      if (error instanceof ApiError && error.status === 404) {
+        this.set({ historyLoading: false }); // a thread with nothing stored yet
+      } else {
+        this.set({ historyLoading: false, historyError: `Could not load this conversation: ${messageOf(error)}` });
+      }
+    }
+    // A run this tab was following before the reload: join it after the last event applied.
+    if (live?.run && !live.run.terminal) void this.follow(live.run, null);
+    for (const item of live?.items ?? []) {
+      if (item.prompt?.status === "pending" && isExpired(item.prompt.interrupt)) this.promptExpired(item.key);
+    }
+  }
+
+  async loadEarlier(): Promise<void> {
+    const { threadId, oldestDay } = this.state;
+    if (!this.api || !threadId || !oldestDay) return;
+    const generation = this.generation;
+    this.set({ historyLoading: true, historyError: null });
+    try {
+      const day = await this.api.historyDay(threadId, oldestDay);
+      if (generation !== this.generation) return;
+      this.set({ history: [...this.fromHistory(day), ...this.state.history], oldestDay: day.day, hasMore: day.hasMore, historyLoading: false });
+      this.announce(day.day ? `Loaded ${day.day}` : "No earlier messages");
+    } catch (error) {
+      if (generation !== this.generation) return;
+      this.set({ historyLoading: false, historyError: `Could not load earlier messages: ${messageOf(error)}` });
+    }
+  }
+
+  /** A day of `/history/blocks` as chat items; runs this tab still follows are left out. */
+  private fromHistory(day: HistoryDay): ChatItem[] {
+    const skip = new Set(this.liveState?.runIds ?? []);
+    const items: ChatItem[] = [];
+    const steps = new Map<string, Step>();
+    for (const message of day.messages) {
+      const runId = message.metadata?.run_id;
+      if (runId && skip.has(runId)) continue;
+      const text = message.content
+        .filter((b): b is { type: "text"; text: string } => b.type === "text")
+        .map((b) => b.text)
+        .join("\n");
+      if (message.role === "user") {
+        items.push({ key: message.id, role: "user", text, files: userFiles(message), runId, day: day.day });
+      } else if (message.role === "tool" && message.toolCallId && steps.has(message.toolCallId)) {
+        const step = steps.get(message.toolCallId)!;
+        step.result = text;
+        step.status = "done";
+        step.ui = message.uiSchema ?? null;
+      } else {
+        const item: ChatItem = { key: message.id, role: "assistant", text, runId, day: day.day };
+        if (message.role === "tool") item.text = `${message.metadata?.tool_name ?? "Tool"} returned: ${text}`;
+        if (message.uiSchema) item.ui = [message.uiSchema];
+        if (message.toolCalls?.length) {
+          item.steps = message.toolCalls.map((call) => ({ id: call.id, kind: "tool", name: call.function.name, args: call.function.arguments, status: "called" }));
+          for (const step of item.steps) steps.set(step.id, step);
+        }
+        const made = message.metadata?.attachments;
+        if (Array.isArray(made) && made.length) item.files = made.map(generatedFile);
+        items.push(item);
+      }
+    }
+    return items;
+  }
+
+  // ------------------------------------------------------------------ files
+
+  addFiles(files: File[]): void {
+    if (!this.api) return;
+    const { accepted, errors } = checkSelection(this.state.drafts.length, files);
+    const drafts = accepted.map(({ file, type }) => ({ id: uuid(), file, type, phase: { kind: "hashing" } as UploadPhase }));
+    this.set({ drafts: [...this.state.drafts, ...drafts], composerErrors: errors });
+    if (errors.length) this.announce(errors.join(" "));
+    for (const draft of drafts) {
+      uploadFile(this.api, draft.file, draft.type, (phase) => this.updateDraft(draft.id, phase)).catch((error) =>
+        this.updateDraft(draft.id, { kind: "error", message: `Upload failed: ${uploadError(error)}` }),
+      );
+    }
+  }
+
+  private updateDraft(id: string, phase: UploadPhase): void {
+    if (!this.state.drafts.some((d) => d.id === id)) return;
+    this.set({ drafts: this.state.drafts.map((d) => (d.id === id ? { ...d, phase } : d)) });
+    if (phase.kind === "done") this.announce(phase.duplicate ? "File already uploaded: no upload needed" : "File uploaded");
+    if (phase.kind === "error") this.announce(phase.message);
+  }
+
+  removeDraft(id: string): void {
+    this.set({ drafts: this.state.drafts.filter((d) => d.id !== id) });
+  }
+
+  /** A fresh signed link for a file (links expire, so one is asked for on every open). */
+  async downloadLink(file: FileRef): Promise<string> {
+    if (!this.api || !file.contentUrl) throw new Error("this file is no longer available");
+    return (await this.api.downloadUrl(file.contentUrl)).url;
+  }
+
+  // ------------------------------------------------------------------ runs
+
+  get pendingPrompt(): ChatItem | undefined {
+    return this.state.live.find((item) => item.prompt && (item.prompt.status === "pending" || item.prompt.status === "sending"));
+  }
+
+  get canSend(): boolean {
+    const { drafts, runStatus } = this.state;
+    return !!this.agent && runStatus === null && !this.pendingPrompt && drafts.every((d) => d.phase.kind === "done");
+  }
+
+  /** Sends a user turn: its text and the uploaded files. */
+  send(text: string): boolean {
+    const agent = this.agent;
+    const threadId = this.state.threadId;
+    if (!agent || !threadId || !this.canSend) return false;
+    const body = text.trim();
+    const files: FileRef[] = this.state.drafts.map((d) => ({
+      name: d.file.name,
+      contentUrl: d.phase.kind === "done" ? d.phase.contentUrl : null,
+      mimeType: d.type,
+      size: d.file.size,
+      icon: FILE_TYPES[d.type]?.icon,
+    }));
+    if (!body && files.length === 0) return false;
+    const content = files.length
+      ? [
+          ...(body ? [{ type: "text" as const, text: body }] : []),
+          ...files.map((f) => ({
+            type: f.mimeType!.startsWith("image/") ? ("image" as const) : ("document" as const),
+            source: { type: "url" as const, value: f.contentUrl!, mimeType: f.mimeType! },
+          })),
+        ]
+      : body;
+    const runId = uuid();
+    const messageId = uuid();
+    const run: RunState = { runId, cursor: 0, started: false, terminal: false };
+    this.settleLive();
+    this.liveState = {
+      threadId,
+      runIds: [runId],
+      run,
+      items: [{ key: messageId, role: "user", text: body, files, runId, day: today() }],
+    };
+    session.setTitle(threadId, body || files[0].name);
+    this.set({ drafts: [], composerErrors: [], titles: session.titles() });
+    this.publishLive();
+    agent.setMessages([{ id: messageId, role: "user", content } as RunAgentInput["messages"][number]]);
+    void this.follow(run, { runId });
+    return true;
+  }
+
+  /** Stop: asks the server to cancel; the stream then ends with RUN_ERROR `cancelled`. */
+  async stop(): Promise<void> {
+    const run = this.liveState?.run;
+    if (!this.api || !run || run.terminal) return;
+    this.set({ runStatus: "stopping" });
+    try {
+      await this.api.cancelRun(run.runId);
+    } catch (error) {
+      this.pushNotice(run, "error", `Could not stop the run: ${messageOf(error)}`);
+      this.set({ runStatus: "streaming" });
+    }
+  }
+
+  /** Answers the pending prompt `key` (AG-UI `resume`); `null` dismisses it. */
+  answer(key: string, payload: unknown, label: string | null): void {
+    const agent = this.agent;
+    const live = this.liveState;
+    const item = live?.items.find((i) => i.key === key);
+    if (!agent || !live || !item?.prompt || item.prompt.status !== "pending" || this.state.runStatus) return;
+    const interrupt = item.prompt.interrupt;
+    this.updatePrompt(key, { status: "sending", answer: label ?? undefined, error: undefined });
+    const runId = uuid();
+    const run: RunState = { runId, cursor: 0, started: false, terminal: false };
+    live.runIds.push(runId);
+    live.run = run;
+    this.publishLive();
+    agent.pendingInterrupts = [interrupt as Interrupt];
+    agent.setMessages([]);
+    const resume = buildResumeArray(agent.pendingInterrupts, {
+      [interrupt.id]: payload === null ? { status: "cancelled" } : { status: "resolved", payload },
+    });
+    void this.follow(run, { runId, resume }, key);
+  }
+
+  /** The prompt's time is up: the server closes it and starts `<promptId>-timeout`. */
+  promptExpired(key: string): void {
+    const live = this.liveState;
+    const item = live?.items.find((i) => i.key === key);
+    if (!live || !item?.prompt || item.prompt.status !== "pending") return;
+    const error = item.prompt.interrupt.metadata?.prompt?.error ?? "This prompt is no longer available.";
+    this.updatePrompt(key, { status: "timed_out", error });
+    if (this.agent) this.agent.pendingInterrupts = [];
+    const runId = `${item.prompt.interrupt.id}-timeout`;
+    if (!live.runIds.includes(runId)) live.runIds.push(runId);
+    const run: RunState = { runId, cursor: 0, started: false, terminal: false, awaited: true };
+    live.run = run;
+    this.publishLive();
+    this.announce(error);
+    void this.follow(run, null);
+  }
+
+  /**
+   * Follows `run` to its terminal event: first by starting it (`start` given) or by joining it
+   * after its last applied event, then, whenever the stream breaks before the end, by joining
+   * it again from where it broke, until it ends or the thread is left.
+   */
+  private async follow(run: RunState, start: RunAgentParameters | null, promptKey?: string): Promise<void> {
+    const agent = this.agent!;
+    const generation = this.generation;
+    let starting = start !== null;
+    let attempt = 0;
+    let waitedFor = 0;
+    const subscriber: AgentSubscriber = {
+      onEvent: ({ event }) => {
+        const number = agent.nextEventNumber();
+        if (number === null || generation !== this.generation) return;
+        run.cursor = number;
+        run.started = true;
+        const asked = promptKey ? this.liveState?.items.find((i) => i.key === promptKey)?.prompt : undefined;
+        if (asked?.status === "sending") this.updatePrompt(promptKey!, { status: asked.answer === undefined ? "dismissed" : "answered" });
+        this.apply(run, event);
+        if (this.state.runStatus !== "stopping" && !run.terminal) this.set({ runStatus: "streaming" });
+        this.publishLive();
+      },
+    };
+    this.set({ runStatus: starting ? "sending" : "streaming" });
+    for (;;) {
+      let failure: unknown = null;
+      try {
+        if (starting) await agent.start(start!, subscriber);
+        else await agent.follow(this.resumePoint(run), subscriber);
+      } catch (error) {
+        failure = error;
+      }
+      if (generation !== this.generation) return;
+      if (run.terminal) break;
+      if (agent.endedBeforeResume) {
+        // The run ended while nobody listened: history has it all.
+        run.terminal = true;
+        void this.reloadHistory();
+        break;
+      }
+      const status = (failure as { status?: number } | null)?.status;
+      if (status === 404 && run.awaited && waitedFor < 60) {
+        waitedFor += 1; // the server has not started the continuation yet
+        await delay(500);
+        if (generation !== this.generation) return;
+        starting = false;
+        continue;
+      }
+      if (status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429) {
+        this.refused(run, failure, promptKey, starting);
+        break;
+      }
+      if (starting && status === undefined && failure && !run.started && !isNetworkError(failure)) {
+        this.refused(run, failure, promptKey, starting);
+        break;
+      }
+      // The stream broke (network, server restart) or ended early: join again where it broke.
+      starting = false;
+      attempt += 1;
+      this.set({ runStatus: "reconnecting" });
+      this.announce("Connection lost, reconnecting");
+      await waitToRetry(attempt);
+      if (generation !== this.generation) return;
+    }
+    this.set({ runStatus: null });
+    this.publishLive();
+    if (run.terminal && !this.pendingPrompt && this.liveState) {
+      // Settled: history now holds every message of these runs.
+      session.setLive(this.liveState.threadId, null);
+    }
+    void this.loadThreads();
+  }
+
+  private refused(run: RunState, failure: unknown, promptKey: string | undefined, starting: boolean): void {
+    run.terminal = true;
+    const message = failureMessage(failure);
+    const prompt = promptKey ? this.liveState?.items.find((i) => i.key === promptKey)?.prompt : undefined;
+    if (promptKey && prompt) {
+      const status = (failure as { status?: number }).status;
+      this.updatePrompt(promptKey, {
+        status: status === 410 ? "timed_out" : "pending",
+        error: status === 410 ? (prompt.interrupt.metadata?.prompt?.error ?? message) : `Your answer was not accepted: ${message}`,
+      });
+      if (status === 410 && this.liveState) this.liveState.runIds = this.liveState.runIds.filter((id) => id !== run.runId);
+    } else {
+      this.pushNotice(run, "error", starting ? `Not sent: ${message}` : `The reply could not be followed: ${message}`);
+    }
+    this.announce(message);
+  }
+
+  /** Where to join `run`: after its last applied event, with the openers still open. */
+  private resumePoint(run: RunState): ResumePoint {
+    const openers: BaseEvent[] = [];
+    if (run.started && run.cursor > 0) {
+      const threadId = this.state.threadId!;
+      openers.push({ type: "RUN_STARTED", threadId, runId: run.runId } as BaseEvent);
+      for (const item of this.liveState?.items ?? []) {
+        if (item.runId !== run.runId) continue;
+        if (item.streaming) openers.push({ type: "TEXT_MESSAGE_START", messageId: item.key, role: "assistant" } as BaseEvent);
+        for (const step of item.steps ?? []) {
+          if (step.kind === "tool" && step.status === "running") {
+            openers.push({ type: "TOOL_CALL_START", toolCallId: step.id, toolCallName: step.name, parentMessageId: item.key } as BaseEvent);
+          }
+        }
+      }
+    }
+    return { runId: run.runId, after: run.cursor, openers };
+  }
+
+  private async reloadHistory(): Promise<void> {
+    const threadId = this.state.threadId;
+    if (!this.api || !threadId) return;
+    if (this.liveState) {
+      session.setLive(threadId, null);
+      this.liveState = null;
+      this.set({ live: [] });
+    }
+    try {
+      const day = await this.api.historyDay(threadId);
+      this.set({ history: this.fromHistory(day), oldestDay: day.day, hasMore: day.hasMore });
+    } catch (error) {
+      this.set({ historyError: `Could not load this conversation: ${messageOf(error)}` });
+    }
+  }
+
+  /** Moves the items of settled runs into the history list before a new turn. */
+  private settleLive(): void {
+    if (this.liveState) this.set({ history: [...this.state.history, ...this.liveState.items] });
+    this.liveState = null;
+  }
+
+  private publishLive(): void {
+    const live = this.liveState;
+    if (!live) return;
+    live.items = [...live.items];
+    session.setLive(live.threadId, live);
+    this.set({ live: live.items });
+  }
+
+  private updatePrompt(key: string, patch: Partial<PromptState>): void {
+    const live = this.liveState;
+    if (!live) return;
+    live.items = live.items.map((i) => (i.key === key && i.prompt ? { ...i, prompt: { ...i.prompt, ...patch } } : i));
+    this.publishLive();
+  }
+
+  private pushNotice(run: RunState, level: "info" | "error", text: string): void {
+    this.liveState?.items.push({ key: `notice:${run.runId}:${this.liveState.items.length}`, role: "notice", level, text, runId: run.runId, day: today() });
+    this.publishLive();
+  }
+
+  // ------------------------------------------------------------------ AG-UI events
+
+  /** Applies one AG-UI event of `run` to the live items. */
+  private apply(run: RunState, event: BaseEvent): void {
+    const live = this.liveState;
+    if (!live) return;
+    const e = event as BaseEvent & Record<string, any>;
+    const item = (key: string): ChatItem => {
+      let found = live.items.find((i) => i.key === key);
+      if (!found) {
+        found = { key, role: "assistant", text: "", runId: run.runId, day: today() };
+        live.items.push(found);
+      }
+      return found;
+    };
+    const replace = (target: ChatItem, patch: Partial<ChatItem>) => {
+      const index = live.items.indexOf(target);
+      live.items[index] = { ...target, ...patch };
+    };
+    const stepOf = (id: string): [ChatItem, Step] | null => {
+      for (const candidate of live.items) {
+        const step = candidate.steps?.find((s) => s.id === id);
+        if (step) return [candidate, step];
+      }
+      return null;
+    };
+    const updateStep = (id: string, patch: (step: Step) => Partial<Step>) => {
+      const found = stepOf(id);
+      if (!found) return;
+      const [owner, step] = found;
+      replace(owner, { steps: owner.steps!.map((s) => (s === step ? { ...s, ...patch(s) } : s)) });
+    };
+    const lastAssistant = (): ChatItem => {
+      const mine = live.items.filter((i) => i.runId === run.runId && i.role === "assistant");
+      return mine[mine.length - 1] ?? item(`${run.runId}:steps`);
+    };
+    const closeAll = () => {
+      live.items = live.items.map((i) => (i.runId === run.runId && i.streaming ? { ...i, streaming: false } : i));
+    };
+    switch (e.type) {
+      case "TEXT_MESSAGE_START":
+        replace(item(e.messageId), { streaming: true });
+        break;
+      case "TEXT_MESSAGE_CONTENT": {
+        const target = item(e.messageId);
+        replace(target, { text: target.text + e.delta, streaming: true });
+        break;
+      }
+      case "TEXT_MESSAGE_END":
+        replace(item(e.messageId), { streaming: false });
+        break;
+      case "TOOL_CALL_START": {
+        const owner = e.parentMessageId ? item(e.parentMessageId) : lastAssistant();
+        replace(owner, { steps: [...(owner.steps ?? []), { id: e.toolCallId, kind: "tool", name: e.toolCallName, args: "", status: "running" }] });
+        break;
+      }
+      case "TOOL_CALL_ARGS":
+        updateStep(e.toolCallId, (s) => ({ args: s.args + e.delta }));
+        break;
+      case "TOOL_CALL_END":
+        updateStep(e.toolCallId, () => ({ status: "called" }));
+        break;
+      case "TOOL_CALL_RESULT":
+        updateStep(e.toolCallId, () => ({ status: "done", result: e.content, resultMessageId: e.messageId }));
+        break;
+      case "STEP_STARTED": {
+        const owner = lastAssistant();
+        const id = `step:${e.stepName}:${owner.steps?.length ?? 0}`;
+        replace(owner, { steps: [...(owner.steps ?? []), { id, kind: "step", name: e.stepName, args: "", status: "running" }] });
+        break;
+      }
+      case "STEP_FINISHED":
+        for (const owner of live.items) {
+          const step = owner.steps?.find((s) => s.kind === "step" && s.name === e.stepName && s.status === "running");
+          if (step) {
+            updateStep(step.id, () => ({ status: "done" }));
+            break;
+          }
+        }
+        break;
+      case "CUSTOM":
+        this.applyCustom(run, e.name, e.value, item, replace, updateStep);
+        break;
+      case "RUN_FINISHED": {
+        run.terminal = true;
+        closeAll();
+        const outcome = e.outcome as { type?: string; interrupts?: PromptInterrupt[] } | undefined;
+        if (outcome?.type === "interrupt") {
+          for (const interrupt of outcome.interrupts ?? []) {
+            live.items.push({ key: `prompt:${interrupt.id}`, role: "prompt", text: interrupt.message ?? "", runId: run.runId, day: today(), prompt: { interrupt, status: "pending" } });
+          }
+          this.announce("The agent asks you a question");
+        } else {
+          this.announce("Reply complete");
+        }
+        break;
+      }
+      case "RUN_ERROR":
+        run.terminal = true;
+        closeAll();
+        if (e.code === "cancelled") {
+          live.items.push({ key: `notice:${run.runId}:stopped`, role: "notice", level: "info", text: "Stopped: the agent was cancelled before it finished.", runId: run.runId, day: today() });
+          this.announce("Stopped");
+        } else {
+          live.items.push({ key: `notice:${run.runId}:error`, role: "notice", level: "error", text: `The run failed: ${e.message ?? e.code ?? "unknown error"}`, runId: run.runId, day: today() });
+          this.announce("The run failed");
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  private applyCustom(
+    run: RunState,
+    name: string,
+    value: any,
+    item: (key: string) => ChatItem,
+    replace: (target: ChatItem, patch: Partial<ChatItem>) => void,
+    updateStep: (id: string, patch: (step: Step) => Partial<Step>) => void,
+  ): void {
+    const live = this.liveState!;
+    if (name === "ui_hints" && value?.messageId) {
+      const schema = compileHints(value.hints);
+      if (!schema) return;
+      const owner = live.items.find((i) => i.steps?.some((s) => s.resultMessageId === value.messageId));
+      if (owner) {
+        const step = owner.steps!.find((s) => s.resultMessageId === value.messageId)!;
+        updateStep(step.id, () => ({ ui: schema }));
+      } else {
+        const target = item(value.messageId);
+        replace(target, { ui: [...(target.ui ?? []), schema] });
+      }
+    } else if (name === "attachments" && value?.messageId && Array.isArray(value.files)) {
+      const target = item(value.messageId);
+      replace(target, { files: [...(target.files ?? []), ...value.files.map(generatedFile)] });
+    } else if (name === "interaction_timeout" && value?.promptId) {
+      const prompt = live.items.find((i) => i.prompt?.interrupt.id === value.promptId);
+      if (prompt?.prompt) {
+        replace(prompt, { prompt: { ...prompt.prompt, status: "timed_out", error: value.error ?? prompt.prompt.error } });
+      } else {
+        live.items.push({ key: `notice:${run.runId}:timeout`, role: "notice", level: "info", text: value.error ?? "A question timed out.", runId: run.runId, day: today() });
+      }
+    }
+  }
+}
+
+function userFiles(message: HistoryMessage): FileRef[] {
+  const metadata = message.metadata ?? {};
+  const stored: StoredAttachment[] = Array.isArray(metadata.user_message_attachment_list)
+    ? metadata.user_message_attachment_list
+    : metadata.user_message_attachments
+      ? [metadata.user_message_attachments]
+      : [];
+  return stored.map((file) => ({
+    name: file.file_name ?? file.path.split("/").pop() ?? file.path,
+    contentUrl: `s3://${file.bucket}/${file.path}`,
+    mimeType: file.mime_type,
+    size: file.size_bytes,
+    icon: FILE_TYPES[file.mime_type]?.icon,
+  }));
+}
+
+function generatedFile(file: GeneratedFile): FileRef {
+  return { name: file.filename, contentUrl: file.content_url ?? null, icon: file.icon_type };
+}
+
+function isExpired(interrupt: PromptInterrupt): boolean {
+  return interrupt.expiresAt !== undefined && new Date(interrupt.expiresAt).getTime() <= Date.now();
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The server's envelope message of a refused run, or the error's own. */
+function failureMessage(error: unknown): string {
+  const payload = (error as { payload?: unknown } | null)?.payload as { error?: { message?: string } } | undefined;
+  return payload?.error?.message ?? messageOf(error);
+}
+
+function isNetworkError(error: unknown): boolean {
+  return error instanceof TypeError || (error instanceof Error && /network|fetch|aborted|terminated/i.test(error.message));
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Backoff between reconnects (0.5 s doubling to 8 s), cut short when the browser is back online. */
+function waitToRetry(attempt: number): Promise<void> {
+  const ms = Math.min(500 * 2 ** (attempt - 1), 8000);
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      window.removeEventListener("online", done);
+      resolve();
+    };
+    // Offline: nothing to try until the browser is back online.
+    const timer = navigator.onLine ? setTimeout(done, ms) : undefined;
+    window.addEventListener("online", done);
+  });
+}

@@ -1,0 +1,159 @@
+// Wire shapes of the Switchboard API that the client reads (README "API at a glance",
+// "History shapes") and the UiSchemaRenderer 2.0 of agent-run-input-protocol.md.
+
+/** The one JSON error envelope of every service. */
+export interface ErrorEnvelope {
+  error: { code: string; message: string; field?: string };
+}
+
+/** `GET /api/v1/agent/threads`. */
+export interface ThreadSummary {
+  threadId: string;
+  messageCount: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface ThreadPage {
+  threads: ThreadSummary[];
+  nextCursor: string | null;
+}
+
+/** A block of `GET /api/v1/agent/history/blocks`. */
+export type HistoryBlock =
+  | { type: "text"; text: string }
+  | { type: "binary"; mimeType?: string; url: string | null; filename?: string }
+  | { type: string; [key: string]: unknown };
+
+/** A file of a user message, as history keeps it in `metadata`. */
+export interface StoredAttachment {
+  bucket: string;
+  path: string;
+  mime_type: string;
+  file_name?: string;
+  size_bytes?: number;
+}
+
+/** A file the agent made (`CUSTOM attachments`, `metadata.attachments`). */
+export interface GeneratedFile {
+  path: string;
+  filename: string;
+  icon_type?: string;
+  source?: string;
+  content_url?: string;
+}
+
+export interface HistoryToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
+export interface HistoryMessage {
+  id: string;
+  seq: number;
+  role: "user" | "assistant" | "tool" | "system" | string;
+  content: HistoryBlock[];
+  metadata: {
+    run_id?: string;
+    user_message_attachments?: StoredAttachment;
+    user_message_attachment_list?: StoredAttachment[];
+    attachments?: GeneratedFile[];
+    tool_name?: string;
+    [key: string]: unknown;
+  };
+  uiSchema?: UiSchemaRenderer | null;
+  toolCalls?: HistoryToolCall[];
+  toolCallId?: string;
+  timestamp: string;
+}
+
+/** `GET /api/v1/agent/history/blocks`: one day of a thread. */
+export interface HistoryDay {
+  scope: "history_day";
+  threadId: string | null;
+  day: string | null;
+  hasMore: boolean;
+  messages: HistoryMessage[];
+}
+
+/** `POST /v2/files/upload-url`. */
+export interface UploadUrlAnswer {
+  url: string | null;
+  fields: Record<string, string> | null;
+  content_url: string;
+  is_duplicate: boolean;
+  upload_required: boolean;
+}
+
+/** `GET /v2/files/download-url`. */
+export interface DownloadUrlAnswer {
+  url: string;
+  expires_in: number;
+  content_type: string;
+  file_name: string;
+  file_size: number;
+}
+
+export type UiStatus = "info" | "success" | "warning" | "error" | "pending";
+
+/** UiSchemaRenderer 2.0: the compiled card the history serves and `ui_hints` compile to. */
+export interface UiSchemaRenderer {
+  version: "2.0";
+  locale: string;
+  status: UiStatus;
+  theme: "default" | "light" | "dark";
+  meta?: Record<string, string>;
+  root: UiNode;
+}
+
+export type UiNode =
+  | { type: "stack"; appearance?: string; children: UiNode[] }
+  | { type: "text"; content: string; role?: "title" | "body" | "caption" | string }
+  | { type: "badge"; label: string; status?: UiStatus }
+  | { type: "keyValue"; items: { label: string; value: string }[] }
+  | { type: "list"; items: UiNode[] }
+  | { type: "link"; label: string; href: string }
+  | { type: string; [key: string]: unknown };
+
+/** The agent's `ui_hints` (CUSTOM event), before compilation. */
+export interface UiHints {
+  title?: string;
+  status?: UiStatus;
+  badge?: string;
+  body?: string;
+  fields?: { label: string; value: string }[];
+  items?: string[];
+  links?: { label: string; href: string }[];
+  locale?: string;
+  theme?: "default" | "light" | "dark";
+}
+
+/** A prompt option (websocket-message-schema.md). */
+export interface PromptOption {
+  id: string;
+  label: string;
+  value: string;
+  description?: string;
+}
+
+/** The prompt an interrupt carries in `metadata.prompt`. */
+export interface Prompt {
+  input_type: "text" | "binary_choice" | "radio" | "checkbox" | "dropdown";
+  text: string;
+  placeholder?: string;
+  options?: PromptOption[];
+  required?: boolean;
+  timeout?: number | null;
+  error?: string;
+}
+
+/** AG-UI 1.0's interrupt as Switchboard sends it. */
+export interface PromptInterrupt {
+  id: string;
+  reason?: string;
+  message?: string;
+  responseSchema?: unknown;
+  expiresAt?: string;
+  metadata?: { prompt?: Prompt };
+}

@@ -1,0 +1,170 @@
+import { useEffect, useLayoutEffect, useReducer, useRef, useState } from "preact/hooks";
+
+import type { Chat } from "../chat";
+import { Composer } from "./Composer";
+import { Messages } from "./Messages";
+import { SignIn } from "./SignIn";
+import { Threads } from "./Threads";
+
+const STATUS_TEXT = {
+  sending: "Sending…",
+  streaming: "The agent is replying…",
+  reconnecting: "Connection lost. Reconnecting…",
+  stopping: "Stopping…",
+} as const;
+
+export function App({ chat }: { chat: Chat }) {
+  const [, render] = useReducer((n: number, _: unknown) => n + 1, 0);
+  useEffect(() => chat.subscribe(() => render(undefined)), [chat]);
+  const state = chat.state;
+  const [drawer, setDrawer] = useState(false);
+  const scroller = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+  const firstKey = useRef<string | null>(null);
+  const lastHeight = useRef(0);
+  const items = [...state.history, ...state.live];
+
+  // Follow the conversation while the reader is at the bottom; keep the place when earlier
+  // days are put above.
+  useLayoutEffect(() => {
+    const el = scroller.current;
+    if (!el) return;
+    const head = items[0]?.key ?? null;
+    if (head !== firstKey.current && firstKey.current !== null && items.some((i) => i.key === firstKey.current)) {
+      el.scrollTop += el.scrollHeight - lastHeight.current;
+    } else if (stick.current) {
+      el.scrollTop = el.scrollHeight;
+    }
+    firstKey.current = head;
+    lastHeight.current = el.scrollHeight;
+  });
+
+  useEffect(() => {
+    if (!drawer) return;
+    const onKey = (e: KeyboardEvent) => e.key === "Escape" && setDrawer(false);
+    window.addEventListener("keydown", onKey);
+    document.querySelector<HTMLElement>("#threads-nav .thread, #threads-nav button")?.focus();
+    return () => window.removeEventListener("keydown", onKey);
+  }, [drawer]);
+
+  if (!state.token) return <SignIn error={state.signInError} onSignIn={(t) => chat.signIn(t)} />;
+
+  const prompt = chat.pendingPrompt;
+  return (
+    <div class={`app${drawer ? " drawer-open" : ""}`}>
+      <a class="skip" href="#message-text">
+        Skip to the message box
+      </a>
+      <header class="topbar">
+        <button
+          type="button"
+          class="icon-button menu"
+          aria-expanded={drawer}
+          aria-controls="threads-nav"
+          onClick={() => setDrawer(!drawer)}
+        >
+          <svg aria-hidden="true" width="22" height="22" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round">
+            <path d="M4 6h16M4 12h16M4 18h16" />
+          </svg>
+          <span class="visually-hidden">Conversations</span>
+        </button>
+        <h1 class="brand">Switchboard</h1>
+        <button
+          type="button"
+          class="primary new-thread"
+          onClick={() => {
+            chat.newThread();
+            setDrawer(false);
+            document.getElementById("message-text")?.focus();
+          }}
+        >
+          <span class="plus" aria-hidden="true">
+            +
+          </span>
+          <span class="new-label">New conversation</span>
+        </button>
+        <button type="button" class="quiet signout" onClick={() => chat.signOut()}>
+          Sign out
+        </button>
+      </header>
+      <nav id="threads-nav" class="sidebar" aria-label="Conversations">
+        <h2 class="sidebar-title">Conversations</h2>
+        <Threads
+          threads={state.threads}
+          current={state.threadId}
+          titles={state.titles}
+          hasMore={state.threadsCursor !== null}
+          loading={state.threadsLoading}
+          error={state.threadsError}
+          onOpen={(id) => {
+            setDrawer(false);
+            stick.current = true;
+            void chat.openThread(id);
+          }}
+          onMore={() => void chat.loadThreads(true)}
+        />
+      </nav>
+      <div class="scrim" onClick={() => setDrawer(false)} aria-hidden="true" />
+      <main id="main" class="conversation" aria-labelledby="conversation-title">
+        <h2 id="conversation-title" class="visually-hidden">
+          {state.threadId ? (state.titles[state.threadId] ?? "Conversation") : "Conversation"}
+        </h2>
+        <div
+          class="scroller"
+          ref={scroller}
+          onScroll={(e) => {
+            const el = e.currentTarget as HTMLDivElement;
+            stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+          }}
+        >
+          {state.hasMore && (
+            <button type="button" class="quiet earlier" onClick={() => void chat.loadEarlier()} disabled={state.historyLoading}>
+              {state.historyLoading ? "Loading…" : "Load earlier messages"}
+            </button>
+          )}
+          {state.historyError && (
+            <p class="field-error" role="alert">
+              {state.historyError}
+            </p>
+          )}
+          {items.length === 0 && !state.historyLoading && (
+            <div class="empty">
+              <p>Start the conversation below.</p>
+              <p class="empty-hint">
+                Try <code>/ui Weekly report</code>, <code>/tool lookup {"{\"q\": 1}"}</code>, <code>/ask radio Pick one</code> or
+                attach a file.
+              </p>
+            </div>
+          )}
+          <Messages
+            items={items}
+            openFile={(file) => chat.downloadLink(file)}
+            busy={state.runStatus !== null}
+            onAnswer={(key, payload, label) => chat.answer(key, payload, label)}
+            onExpire={(key) => chat.promptExpired(key)}
+          />
+        </div>
+        <p class={`run-status${state.runStatus ? " active" : ""}`} data-status={state.runStatus ?? "idle"}>
+          {state.runStatus ? STATUS_TEXT[state.runStatus] : ""}
+        </p>
+        <Composer
+          drafts={state.drafts}
+          errors={state.composerErrors}
+          runStatus={state.runStatus}
+          canSend={chat.canSend}
+          promptPending={!!prompt}
+          onFiles={(files) => chat.addFiles(files)}
+          onRemove={(id) => chat.removeDraft(id)}
+          onSend={(text) => {
+            stick.current = true;
+            return chat.send(text);
+          }}
+          onStop={() => void chat.stop()}
+        />
+      </main>
+      <div class="visually-hidden" role="status" aria-live="polite">
+        {state.announcement}
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,12 @@
+import { defineConfig } from "vite";
+
+// A plain static build: everything the page needs is bundled into dist/ (no CDN at run time).
+export default defineConfig({
+  build: {
+    outDir: "dist",
+    emptyOutDir: true,
+    target: "es2022",
+    sourcemap: false,
+    reportCompressedSize: true,
+  },
+});
