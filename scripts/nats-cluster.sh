@@ -7,8 +7,7 @@
 # workspace binaries.
 source "$(dirname "$0")/lib/common.sh"
 
-bin="$DATA/tools/venv/bin/nats-server"
-[ -x "$bin" ] || bin="$(command -v nats-server)" || die "no nats-server: run scripts/infra.sh"
+bin="$(nats_bin)" || die "no nats-server: run scripts/infra.sh"
 dir="$DATA/nats-cluster"
 mkdir -p "$dir"
 "$ROOT/target/debug/switchboard-nats-config" "${SB_NATS_PREFIX:-sb}" >"$dir/auth.conf"

@@ -74,6 +74,9 @@ export SB_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 export SB_TEST_S3_ACCESS_KEY="$S3_ACCESS_KEY"
 export SB_TEST_S3_SECRET_KEY="$S3_SECRET_KEY"
 export SB_TEST_JWT_SECRET="$JWT_SECRET"
+# The nats-server the cluster tests start nodes of their own with.
+SB_TEST_NATS_SERVER="$(nats_bin)" || die "no nats-server (scripts/infra.sh installs it)"
+export SB_TEST_NATS_SERVER
 
 # NATS streams of earlier test runs that ended before their cleanup (each test removes its own).
 cargo run --locked -q -p switchboard-test-support --bin clean-test-streams
