@@ -33,7 +33,32 @@ pub(crate) enum Verdict {
 /// judged, and verified bytes are copied to the file's own key (which no form can write) before
 /// the file is marked verified; the staged copy is then removed. A pending file of an earlier
 /// release, uploaded straight to its own key, is judged there.
+///
+/// Two verifiers may meet on one file (the sweeper and a first download, or two replicas): the
+/// one that loses finds the staged object gone mid-way (`NoSuchKey`) and looks again, finding
+/// the file at its own key.
 pub(crate) async fn verify(
+    s3: &aws_sdk_s3::Client,
+    pool: &PgPool,
+    file: &FileRow,
+) -> anyhow::Result<Verdict> {
+    match verify_once(s3, pool, file).await {
+        Err(err) if staged_object_gone(&err) => verify_once(s3, pool, file).await,
+        verdict => verdict,
+    }
+}
+
+/// Whether `err` is S3 saying the object is not there (any operation's `NoSuchKey`).
+fn staged_object_gone(err: &anyhow::Error) -> bool {
+    use aws_sdk_s3::error::ProvideErrorMetadata as _;
+    err.chain().any(|cause| {
+        cause.downcast_ref::<aws_sdk_s3::Error>().is_some_and(|e| {
+            e.code() == Some("NoSuchKey") || matches!(e, aws_sdk_s3::Error::NoSuchKey(_))
+        })
+    })
+}
+
+async fn verify_once(
     s3: &aws_sdk_s3::Client,
     pool: &PgPool,
     file: &FileRow,
