@@ -680,6 +680,39 @@ pub async fn wait_http_ok(url: &str, within: Duration, what: &str) -> anyhow::Re
     bail!("{what} never became ready ({url})")
 }
 
+/// What a JavaScript driver (`node <script>`) reported: its exit status, the JSON report it
+/// printed on stdout, and its stderr.
+pub struct DriverReport {
+    /// The process's exit status.
+    pub status: std::process::ExitStatus,
+    /// The JSON object it printed.
+    pub report: Value,
+    /// Its stderr, for failure messages.
+    pub stderr: String,
+}
+
+/// Runs `driver` (a `node` command, killed when late) to its end within `within`; panics when
+/// it cannot run, does not finish or prints no JSON.
+pub async fn run_node_driver(
+    mut driver: tokio::process::Command,
+    within: Duration,
+) -> DriverReport {
+    let output = tokio::time::timeout(within, driver.kill_on_drop(true).output())
+        .await
+        .expect("the driver finished in time")
+        .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let report = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("the driver printed no JSON ({e}); stdout: {stdout}\nstderr: {stderr}")
+    });
+    DriverReport {
+        status: output.status,
+        report,
+        stderr,
+    }
+}
+
 /// Runs the binary of `service` with `args` and only the environment `env` to its end.
 pub async fn run_binary(
     service: &str,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::response::Html;
 use serde_json::Value;
-use switchboard_system_tests::{Options, TestPlatform};
+use switchboard_system_tests::{DriverReport, Options, TestPlatform, run_node_driver};
 use tokio::net::TcpListener;
 
 /// The page, served as it is in the tree.
@@ -64,28 +64,20 @@ async fn the_seeds_javascript_uploads_from_headless_chromium_and_the_second_try_
     )
     .unwrap();
 
-    let output = tokio::time::timeout(
-        DRIVER_TIMEOUT + Duration::from_secs(30),
-        tokio::process::Command::new("node")
-            .arg("tests/browser/driver.mjs")
-            .arg(page_url.as_str())
-            .arg(DRIVER_TIMEOUT.as_millis().to_string())
-            .current_dir(&root)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the driver finished in time")
-    .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("the driver printed no JSON ({e}); stdout: {stdout}\nstderr: {stderr}")
-    });
+    let mut driver = tokio::process::Command::new("node");
+    driver
+        .arg("tests/browser/driver.mjs")
+        .arg(page_url.as_str())
+        .arg(DRIVER_TIMEOUT.as_millis().to_string())
+        .current_dir(&root);
+    let DriverReport {
+        status,
+        report,
+        stderr,
+    } = run_node_driver(driver, DRIVER_TIMEOUT + Duration::from_secs(30)).await;
     assert!(
-        output.status.success() && report["ok"] == true,
-        "the browser flow failed ({}): {report:#}\nstderr: {stderr}",
-        output.status
+        status.success() && report["ok"] == true,
+        "the browser flow failed ({status}): {report:#}\nstderr: {stderr}"
     );
 
     // The same checks as the driver's, on what it reports, so this test states them too.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{Duration as Days, Utc};
 use serde_json::{Value, json};
 use switchboard_system_tests::gateway::{Gateway, Upstreams, workspace_root};
-use switchboard_system_tests::{Options, TestPlatform, free_port};
+use switchboard_system_tests::{DriverReport, Options, TestPlatform, free_port, run_node_driver};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long the driver may take (about a minute on 2 cores; prompts, timeouts and slow
@@ -183,32 +183,24 @@ async fn the_web_client_streams_uploads_asks_resumes_and_reloads_through_the_gat
         .endpoint
         .clone()
         .expect("the test S3 server's endpoint");
-    let output = tokio::time::timeout(
-        DRIVER_TIMEOUT + Duration::from_secs(30),
-        tokio::process::Command::new("node")
-            .arg("web/e2e/run.mjs")
-            .current_dir(&root)
-            .env("SB_WEB_URL", &origin)
-            .env("SB_TOKEN", &alice)
-            .env("SB_S3_URL", &s3)
-            .env("SB_SCREENSHOTS", &shots)
-            .env("SB_DAYS_THREAD", DAYS_THREAD)
-            .env("SB_DAYS", days.join(","))
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the web driver finished in time")
-    .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("the driver printed no JSON ({e}); stdout: {stdout}\nstderr: {stderr}")
-    });
+    let mut driver = tokio::process::Command::new("node");
+    driver
+        .arg("web/e2e/run.mjs")
+        .current_dir(&root)
+        .env("SB_WEB_URL", &origin)
+        .env("SB_TOKEN", &alice)
+        .env("SB_S3_URL", &s3)
+        .env("SB_SCREENSHOTS", &shots)
+        .env("SB_DAYS_THREAD", DAYS_THREAD)
+        .env("SB_DAYS", days.join(","));
+    let DriverReport {
+        status,
+        report,
+        stderr,
+    } = run_node_driver(driver, DRIVER_TIMEOUT + Duration::from_secs(30)).await;
     assert!(
-        output.status.success() && report["ok"] == true,
-        "the web client's checks failed ({}): {:#}\nsteps: {:#}\nstderr: {stderr}",
-        output.status,
+        status.success() && report["ok"] == true,
+        "the web client's checks failed ({status}): {:#}\nsteps: {:#}\nstderr: {stderr}",
         report["failures"],
         report["steps"],
     );
