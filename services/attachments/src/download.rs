@@ -288,7 +288,7 @@ mod tests {
             content_type: content_type.to_owned(),
             size_bytes: 1,
             declared_sha256: None,
-            status: "verified".to_owned(),
+            status: crate::store::FileStatus::Verified,
             expires_at: None,
         }
     }

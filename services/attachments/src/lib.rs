@@ -4,12 +4,14 @@
 //! NATS resolve endpoint the runs service admits attachments with.
 
 mod download;
+mod file_name;
 pub mod policy;
 pub mod quota;
 mod resolve;
 mod routes;
 mod server_upload;
 mod store;
+mod upload_url;
 mod verify;
 
 use std::net::SocketAddr;

@@ -24,8 +24,9 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::file_name::generated_key;
 use crate::policy::{Signer, Upload};
-use crate::store::{self, FileRow, NewUpload};
+use crate::store::{self, FileRow, FileStatus, NewUpload, Source};
 
 /// Requests answered at once by one replica.
 const CONCURRENCY: usize = 64;
@@ -56,7 +57,7 @@ struct SupabaseClaims {
 fn match_rows<'a>(refs: &[Option<FileRef>], rows: &'a [FileRow]) -> Vec<Option<&'a FileRow>> {
     let by_object: HashMap<(&str, &str), &FileRow> = rows
         .iter()
-        .filter(|row| row.status == "verified")
+        .filter(|row| row.status == FileStatus::Verified)
         .map(|row| ((row.bucket.as_str(), row.object_key.as_str()), row))
         .collect();
     refs.iter()
@@ -69,16 +70,6 @@ fn match_rows<'a>(refs: &[Option<FileRef>], rows: &'a [FileRow]) -> Vec<Option<&
         .collect()
 }
 
-/// The object key of a file the agent generated: under `generated/`, per owner, never the raw
-/// name.
-fn generated_key(owner: &str, id: Uuid, file_name: &str) -> String {
-    let owner_dir = &protocol::messaging::digest(&[owner])[..32];
-    format!(
-        "generated/{owner_dir}/{id}/{}",
-        crate::routes::key_name(file_name)
-    )
-}
-
 /// The type and plain file name of a file an agent made, or why it is refused.
 fn generated_file(
     content_type: &str,
@@ -87,8 +78,8 @@ fn generated_file(
 ) -> Result<(&'static file_types::FileType, String), &'static str> {
     let file_type =
         file_types::allowed(content_type).ok_or("content_type is not a supported type")?;
-    let name = crate::routes::base_name(file_name)
-        .filter(|n| n.chars().count() <= 255)
+    let name = crate::file_name::base_name(file_name)
+        .filter(|n| n.chars().count() <= crate::file_name::MAX_FILE_NAME_CHARS)
         .ok_or("file_name must name a file of at most 255 characters")?;
     if !valid_session(session_id) {
         return Err("session_id must be 1 to 128 characters");
@@ -131,19 +122,19 @@ impl Resolver {
         else {
             return refused(RefusalReason::NotFound);
         };
-        if row.status == "pending" {
+        if row.status == FileStatus::Pending {
             // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper.
             row.status = match crate::verify::verify(&self.s3, &self.pool, &row).await? {
-                crate::verify::Verdict::Verified => "verified".to_owned(),
-                crate::verify::Verdict::Quarantined(_) => "quarantined".to_owned(),
-                crate::verify::Verdict::Waiting => "pending".to_owned(),
+                crate::verify::Verdict::Verified => FileStatus::Verified,
+                crate::verify::Verdict::Quarantined(_) => FileStatus::Quarantined,
+                crate::verify::Verdict::Waiting => FileStatus::Pending,
                 crate::verify::Verdict::Expired => return refused(RefusalReason::NotFound),
             };
         }
-        match row.status.as_str() {
-            "verified" => {
+        match row.status {
+            FileStatus::Verified => {
                 if let Some(session_id) = session_id.filter(|s| valid_session(s)) {
-                    store::add_to_workspace(&self.pool, owner, session_id, row.id, "upload")
+                    store::add_to_workspace(&self.pool, owner, session_id, row.id, Source::Upload)
                         .await?;
                 }
                 Ok(ResolveOutcome::Resolved(ResolvedFile {
@@ -154,8 +145,8 @@ impl Resolver {
                     size_bytes: row.size_bytes,
                 }))
             }
-            "quarantined" => refused(RefusalReason::Quarantined),
-            _ => refused(RefusalReason::NotVerified),
+            FileStatus::Quarantined => refused(RefusalReason::Quarantined),
+            FileStatus::Pending => refused(RefusalReason::NotVerified),
         }
     }
 
@@ -314,7 +305,8 @@ impl Resolver {
         let Some(file) = file else {
             return refused("the same content is being uploaded; retry");
         };
-        store::add_to_workspace(&self.pool, &owner, &session_id, file.id, "generated").await?;
+        store::add_to_workspace(&self.pool, &owner, &session_id, file.id, Source::Generated)
+            .await?;
         Ok(RegisterOutcome::Registered {
             content_url: format!("s3://{}/{}", file.bucket, file.object_key),
         })
@@ -371,9 +363,15 @@ impl Resolver {
                         "a file with this SHA-256 but another size or type is already stored",
                     );
                 }
-                store::add_to_workspace(&self.pool, &owner, &session_id, existing.id, "generated")
-                    .await?;
-                if existing.status == "verified" {
+                store::add_to_workspace(
+                    &self.pool,
+                    &owner,
+                    &session_id,
+                    existing.id,
+                    Source::Generated,
+                )
+                .await?;
+                if existing.status == FileStatus::Verified {
                     return Ok(GeneratedUploadOutcome::Stored {
                         content_url: format!("s3://{}/{}", existing.bucket, existing.object_key),
                     });
@@ -398,7 +396,8 @@ impl Resolver {
                 && let Some(file) =
                     store::find_owned(&self.pool, &owner, &self.bucket, &key).await?
             {
-                store::add_to_workspace(&self.pool, &owner, &session_id, id, "generated").await?;
+                store::add_to_workspace(&self.pool, &owner, &session_id, id, Source::Generated)
+                    .await?;
                 tracing::info!(file.id = %id, "generated file upload form signed");
                 return Ok(self.upload_form(&file, file_type.mime, file_size, sha256));
             }
@@ -548,9 +547,9 @@ mod tests {
     use uuid::Uuid;
 
     use super::match_rows;
-    use crate::store::FileRow;
+    use crate::store::{FileRow, FileStatus};
 
-    fn row(bucket: &str, key: &str, status: &str) -> FileRow {
+    fn row(bucket: &str, key: &str, status: FileStatus) -> FileRow {
         FileRow {
             id: Uuid::now_v7(),
             bucket: bucket.to_owned(),
@@ -559,7 +558,7 @@ mod tests {
             content_type: "application/pdf".to_owned(),
             size_bytes: 1,
             declared_sha256: None,
-            status: status.to_owned(),
+            status,
             expires_at: None,
         }
     }
@@ -578,9 +577,9 @@ mod tests {
         let refs: Vec<_> = urls.iter().map(|u| parse_file_url(u).ok()).collect();
         // In no particular order, as the query returns them; a non-verified row never signs.
         let rows = [
-            row("b", "u/1.pdf", "verified"),
-            row("b", "u/pending.pdf", "pending"),
-            row("b", "u/2.pdf", "verified"),
+            row("b", "u/1.pdf", FileStatus::Verified),
+            row("b", "u/pending.pdf", FileStatus::Pending),
+            row("b", "u/2.pdf", FileStatus::Verified),
         ];
         let keys: Vec<Option<&str>> = match_rows(&refs, &rows)
             .into_iter()

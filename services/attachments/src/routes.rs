@@ -5,7 +5,6 @@ use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use chrono::Utc;
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
@@ -13,19 +12,19 @@ use protocol::file_types;
 use protocol::files::parse_file_url;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use crate::AppState;
-use crate::policy::Upload;
+use crate::download::LinkError;
+use crate::file_name::{MAX_FILE_NAME_CHARS, base_name};
 use crate::quota::QuotaError;
-use crate::store::{self, NewUpload};
+use crate::server_upload::UploadError;
+use crate::store::{self, FileStatus};
+use crate::upload_url::{UploadAnswer, UploadRequest, UploadUrlError};
 
 /// Largest file accepted, in bytes (100 MB).
 pub(crate) const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
 /// Largest multipart form accepted: the file plus room for the other fields and boundaries.
 const MAX_FORM_BYTES: usize = 100 * 1024 * 1024 + 64 * 1024;
-/// Longest file name accepted, in characters.
-const MAX_FILE_NAME_CHARS: usize = 255;
 /// Longest session id accepted, in characters.
 const MAX_SESSION_ID_CHARS: usize = 128;
 
@@ -44,66 +43,142 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> ErrorResponse {
-    ErrorResponse::with_field(
-        StatusCode::BAD_REQUEST,
-        ErrorCode::InvalidRequest,
-        message,
-        field,
-    )
+/// Errors of the attachments API; each variant's doc names its status. Its message is the one
+/// the answer carries (a 5xx aside: logged with its cause chain, answered opaquely).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    /// 400: a parameter, the body or a form field breaks its rule; `field` names it (empty for
+    /// the body as a whole).
+    #[error("{message}")]
+    Invalid {
+        /// The offending parameter or field.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// 404: the caller has no such file (or it is not verified, or no longer there).
+    #[error("file not found")]
+    FileNotFound,
+    /// 403: a download link whose signature is missing or bad, or that has expired.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// 409: a file with the declared `content_hash` but another size or type is being uploaded.
+    #[error("a file with this content_hash but another size or type is already being uploaded")]
+    HashConflict,
+    /// 409: the same content is being uploaded with a presigned form (a server upload).
+    #[error(
+        "this content is already being uploaded with a presigned form; retry once it completes"
+    )]
+    UploadInProgress,
+    /// 413: the file is over [`MAX_FILE_BYTES`].
+    #[error("file exceeds the 100 MB limit")]
+    TooLarge,
+    /// 429 (uploads too fast, with `Retry-After`; too many unfinished) or 403 (storage full).
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
+    /// 500: something failed on our side.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
 }
 
-fn internal(err: impl Into<anyhow::Error>) -> ErrorResponse {
-    ErrorResponse::internal(&err.into())
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        ApiError::Internal(err.into())
+    }
 }
 
-/// The answer to a quota refusal: 429 (with `Retry-After` for the rate) or 403.
-fn over_quota(err: QuotaError) -> ErrorResponse {
-    let message = err.to_string();
-    match err {
-        QuotaError::RateLimited(wait) => ErrorResponse::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::RateLimited,
-            message,
-        )
-        .retry_after(wait),
-        QuotaError::TooManyPending(_) => ErrorResponse::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::RateLimited,
-            message,
-        ),
-        QuotaError::Full(_) => {
-            ErrorResponse::new(StatusCode::FORBIDDEN, ErrorCode::QuotaExceeded, message)
+impl From<aws_sdk_s3::Error> for ApiError {
+    fn from(err: aws_sdk_s3::Error) -> Self {
+        ApiError::Internal(err.into())
+    }
+}
+
+impl From<UploadError> for ApiError {
+    fn from(err: UploadError) -> Self {
+        match err {
+            UploadError::Invalid { field, message } => ApiError::Invalid { field, message },
+            UploadError::TooLarge => ApiError::TooLarge,
+            UploadError::Quota(refused) => ApiError::Quota(refused),
+            UploadError::InProgress => ApiError::UploadInProgress,
+            UploadError::Failed(err) => ApiError::Internal(err),
         }
     }
 }
 
-/// Checks that `owner` has room for one more file (see [`crate::quota`]).
-async fn check_room(
-    state: &AppState,
-    owner: &str,
-    size: Option<i64>,
-    pending: bool,
-) -> Result<(), ErrorResponse> {
-    state
-        .quota
-        .room(&state.pool, owner, size, pending)
-        .await
-        .map_err(internal)?
-        .map_err(over_quota)
+impl From<UploadUrlError> for ApiError {
+    fn from(err: UploadUrlError) -> Self {
+        match err {
+            UploadUrlError::HashConflict => ApiError::HashConflict,
+            UploadUrlError::Quota(refused) => ApiError::Quota(refused),
+            UploadUrlError::Failed(err) => ApiError::Internal(err),
+        }
+    }
 }
 
-/// A validated `POST /v2/files/upload-url` body.
-struct UploadRequest {
-    file_name: String,
-    file_type: &'static file_types::FileType,
-    file_size: u64,
-    content_hash: Option<[u8; 32]>,
-    session_id: Option<String>,
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = self.to_string();
+        let conflict = |field| {
+            ErrorResponse::with_field(StatusCode::CONFLICT, ErrorCode::Conflict, &message, field)
+        };
+        match self {
+            ApiError::Invalid { field, message } => ErrorResponse::with_field(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                message,
+                field,
+            ),
+            ApiError::FileNotFound => ErrorResponse::not_found("file"),
+            ApiError::Link(refused) => {
+                let field = match refused {
+                    LinkError::BadSignature => "signature",
+                    LinkError::Expired => "expires",
+                };
+                ErrorResponse::with_field(
+                    StatusCode::FORBIDDEN,
+                    ErrorCode::Unauthorized,
+                    &message,
+                    field,
+                )
+            }
+            ApiError::HashConflict => conflict("content_hash"),
+            ApiError::UploadInProgress => conflict("file"),
+            ApiError::TooLarge => ErrorResponse::with_field(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::PayloadTooLarge,
+                &message,
+                "file",
+            ),
+            ApiError::Quota(QuotaError::RateLimited(wait)) => ErrorResponse::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::RateLimited,
+                &message,
+            )
+            .retry_after(wait),
+            ApiError::Quota(QuotaError::TooManyPending(_)) => ErrorResponse::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::RateLimited,
+                &message,
+            ),
+            ApiError::Quota(QuotaError::Full(_)) => {
+                ErrorResponse::new(StatusCode::FORBIDDEN, ErrorCode::QuotaExceeded, &message)
+            }
+            ApiError::Internal(err) => ErrorResponse::internal(&err),
+        }
+        .into_response()
+    }
+}
+
+/// A 400 naming `field`.
+fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::Invalid {
+        field,
+        message: message.into(),
+    }
 }
 
 /// Parses and checks the body, naming the first offending field.
-fn parse_upload_request(body: &[u8]) -> Result<UploadRequest, ErrorResponse> {
+fn parse_upload_request(body: &[u8]) -> Result<UploadRequest, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| invalid("", format!("body must be a JSON object: {e}")))?;
     let Value::Object(map) = value else {
@@ -174,34 +249,6 @@ fn parse_upload_request(body: &[u8]) -> Result<UploadRequest, ErrorResponse> {
     })
 }
 
-/// The last path component of a client's file name, without control characters.
-pub(crate) fn base_name(raw: &str) -> Option<String> {
-    let last = raw.rsplit(['/', '\\']).next().unwrap_or_default();
-    let clean: String = last.chars().filter(|c| !c.is_control()).collect();
-    let clean = clean.trim();
-    (!clean.is_empty() && clean != "." && clean != "..").then(|| clean.to_owned())
-}
-
-/// A storage-safe rendering of a file name: ASCII letters, digits, `.`, `-`, `_`; never raw.
-pub(crate) fn key_name(file_name: &str) -> String {
-    let mut safe: String = file_name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    safe = safe.trim_matches('.').chars().take(100).collect();
-    if safe.is_empty() {
-        "file".to_owned()
-    } else {
-        safe
-    }
-}
-
 fn parse_sha256(hex_digest: &str) -> Option<[u8; 32]> {
     let bytes = hex::decode(hex_digest).ok()?;
     bytes.try_into().ok()
@@ -212,138 +259,32 @@ fn content_url(bucket: &str, key: &str) -> String {
 }
 
 /// `POST /v2/files/upload-url`: a presigned POST form for a new file, or the caller's existing
-/// verified file with the same content (`is_duplicate`).
+/// verified file with the same content (`is_duplicate`); see [`crate::upload_url`].
 async fn upload_url(
     State(state): State<AppState>,
     owner: Owner,
     body: axum::body::Bytes,
-) -> Result<Response, ErrorResponse> {
+) -> Result<axum::Json<Value>, ApiError> {
     let request = parse_upload_request(&body)?;
     let owner = owner.as_str();
-    state.quota.rate(owner).map_err(over_quota)?;
-    let now = Utc::now();
-    let expires_at =
-        now + chrono::Duration::from_std(state.upload_ttl).unwrap_or(chrono::Duration::minutes(5));
-    let size = i64::try_from(request.file_size).unwrap_or(i64::MAX);
-    for _ in 0..3 {
-        if let Some(hash) = &request.content_hash
-            && let Some(existing) = store::find_by_hash(&state.pool, owner, hash)
-                .await
-                .map_err(internal)?
-        {
-            if existing.size_bytes != size || existing.content_type != request.file_type.mime {
-                return Err(ErrorResponse::with_field(
-                    StatusCode::CONFLICT,
-                    ErrorCode::Conflict,
-                    "a file with this content_hash but another size or type is already being uploaded",
-                    "content_hash",
-                ));
-            }
-            if let Some(session) = &request.session_id {
-                store::add_to_workspace(&state.pool, owner, session, existing.id, "upload")
-                    .await
-                    .map_err(internal)?;
-            }
-            if existing.status == "verified" {
-                return Ok(axum::Json(json!({
-                    "url": null,
-                    "fields": null,
-                    "content_url": content_url(&existing.bucket, &existing.object_key),
-                    "is_duplicate": true,
-                    "upload_required": false,
-                }))
-                .into_response());
-            }
-            // Pending: the same bytes may be sent again to the same key, with a fresh form.
-            store::extend_pending(&state.pool, existing.id, expires_at)
-                .await
-                .map_err(internal)?;
-            return Ok(form_answer(
-                &state,
-                existing.id,
-                &existing.bucket,
-                &existing.object_key,
-                request.file_type.mime,
-                request.file_size,
-                request.content_hash,
-            ));
-        }
-        // A new file: the owner must have room for it (a duplicate above adds nothing).
-        check_room(&state, owner, Some(size), true).await?;
-        let id = Uuid::now_v7();
-        let key = crate::server_upload::object_key(owner, id, &request.file_name);
-        let inserted = store::insert_file(
-            &state.pool,
-            &NewUpload {
-                id,
-                owner,
-                bucket: &state.bucket,
-                key: &key,
-                file_name: &request.file_name,
-                content_type: request.file_type.mime,
-                size,
-                declared_sha256: request.content_hash.as_ref().map(|h| h.as_slice()),
-                expires_at,
-            },
-            None,
-        )
-        .await
-        .map_err(internal)?;
-        if inserted {
-            if let Some(session) = &request.session_id {
-                store::add_to_workspace(&state.pool, owner, session, id, "upload")
-                    .await
-                    .map_err(internal)?;
-            }
-            tracing::info!(file.id = %id, "upload form signed");
-            return Ok(form_answer(
-                &state,
-                id,
-                &state.bucket,
-                &key,
-                request.file_type.mime,
-                request.file_size,
-                request.content_hash,
-            ));
-        }
-        // A concurrent request for the same content won the insert: answer with its file.
-    }
-    Err(internal(anyhow::anyhow!(
-        "upload-url did not settle after concurrent inserts"
-    )))
-}
-
-/// The upload form of the pending file `id`: it posts to the file's staging key (see
-/// [`store::staging_key`]); the answer's `content_url` names the final `bucket`/`key`.
-fn form_answer(
-    state: &AppState,
-    id: Uuid,
-    bucket: &str,
-    key: &str,
-    mime: &str,
-    size: u64,
-    sha256: Option<[u8; 32]>,
-) -> Response {
-    let staging = store::staging_key(id);
-    let form = state.signer.sign(
-        &Upload {
-            bucket,
-            key: &staging,
-            content_type: mime,
-            size,
-            sha256,
-        },
-        Utc::now(),
-        state.upload_ttl,
-    );
-    axum::Json(json!({
-        "url": form.url,
-        "fields": Value::Object(form.fields),
-        "content_url": content_url(bucket, key),
-        "is_duplicate": false,
-        "upload_required": true,
-    }))
-    .into_response()
+    state.quota.rate(owner)?;
+    let answer = match crate::upload_url::upload_url(&state, owner, &request).await? {
+        UploadAnswer::Duplicate { bucket, key } => json!({
+            "url": null,
+            "fields": null,
+            "content_url": content_url(&bucket, &key),
+            "is_duplicate": true,
+            "upload_required": false,
+        }),
+        UploadAnswer::Upload { form, bucket, key } => json!({
+            "url": form.url,
+            "fields": Value::Object(form.fields),
+            "content_url": content_url(&bucket, &key),
+            "is_duplicate": false,
+            "upload_required": true,
+        }),
+    };
+    Ok(axum::Json(answer))
 }
 
 #[derive(Debug, Deserialize)]
@@ -356,12 +297,10 @@ async fn owned_file(
     state: &AppState,
     owner: &str,
     raw: Option<&str>,
-) -> Result<Option<store::FileRow>, ErrorResponse> {
+) -> Result<Option<store::FileRow>, ApiError> {
     let raw = raw.ok_or_else(|| invalid("content_url", "content_url is required"))?;
     let file = parse_file_url(raw).map_err(|e| invalid("content_url", e.to_string()))?;
-    store::find_owned(&state.pool, owner, &file.bucket, &file.path)
-        .await
-        .map_err(internal)
+    Ok(store::find_owned(&state.pool, owner, &file.bucket, &file.path).await?)
 }
 
 /// `GET /v2/files/download-url?content_url=...`: a freshly signed, short-lived download link.
@@ -369,23 +308,21 @@ async fn download_url(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
-) -> Result<axum::Json<Value>, ErrorResponse> {
+) -> Result<axum::Json<Value>, ApiError> {
     let mut file = owned_file(&state, owner.as_str(), query.content_url.as_deref())
         .await?
-        .ok_or_else(|| ErrorResponse::not_found("file"))?;
-    if file.status == "pending" {
+        .ok_or(ApiError::FileNotFound)?;
+    if file.status == FileStatus::Pending {
         // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper.
-        let verdict = crate::verify::verify(&state.s3, &state.pool, &file)
-            .await
-            .map_err(internal)?;
+        let verdict = crate::verify::verify(&state.s3, &state.pool, &file).await?;
         if verdict == crate::verify::Verdict::Verified {
-            file.status = "verified".to_owned();
+            file.status = FileStatus::Verified;
         }
     }
-    if file.status != "verified" {
-        return Err(ErrorResponse::not_found("file"));
+    if file.status != FileStatus::Verified {
+        return Err(ApiError::FileNotFound);
     }
-    let url = crate::download::sign(&state.signer, &file, state.download_ttl).map_err(internal)?;
+    let url = crate::download::sign(&state.signer, &file, state.download_ttl)?;
     Ok(axum::Json(json!({
         "url": url,
         "expires_in": state.download_ttl.as_secs(),
@@ -402,30 +339,15 @@ async fn content(
     State(state): State<AppState>,
     Path(file_id): Path<String>,
     RawQuery(query): RawQuery,
-) -> Result<Response, ErrorResponse> {
+) -> Result<Response, ApiError> {
     let now = std::time::SystemTime::now();
-    let link = crate::download::check(&state.signer, &file_id, query.as_deref(), now)
-        .map_err(internal)?
-        .map_err(|refused| {
-            let field = match refused {
-                crate::download::LinkError::BadSignature => "signature",
-                crate::download::LinkError::Expired => "expires",
-            };
-            ErrorResponse::with_field(
-                StatusCode::FORBIDDEN,
-                ErrorCode::Unauthorized,
-                refused.to_string(),
-                field,
-            )
-        })?;
+    let link = crate::download::check(&state.signer, &file_id, query.as_deref(), now)??;
     let file = store::find_verified(&state.pool, link.file_id)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| ErrorResponse::not_found("file"))?;
+        .await?
+        .ok_or(ApiError::FileNotFound)?;
     crate::download::serve(&state.s3, &file, link, now)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| ErrorResponse::not_found("file"))
+        .await?
+        .ok_or(ApiError::FileNotFound)
 }
 
 /// `DELETE /v2/files/delete?content_url=...`: removes the caller's file and its object.
@@ -434,7 +356,7 @@ async fn delete_file(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
-) -> Result<StatusCode, ErrorResponse> {
+) -> Result<StatusCode, ApiError> {
     if let Some(file) = owned_file(&state, owner.as_str(), query.content_url.as_deref()).await? {
         // Its object, and a staged upload if one is still there.
         for key in [file.object_key.clone(), store::staging_key(file.id)] {
@@ -445,11 +367,9 @@ async fn delete_file(
                 .key(key)
                 .send()
                 .await
-                .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
+                .map_err(aws_sdk_s3::Error::from)?;
         }
-        store::delete(&state.pool, file.id)
-            .await
-            .map_err(internal)?;
+        store::delete(&state.pool, file.id).await?;
         tracing::info!(file.id = %file.id, "file deleted");
     }
     Ok(StatusCode::NO_CONTENT)
@@ -457,18 +377,103 @@ async fn delete_file(
 
 #[cfg(test)]
 mod tests {
+    use protocol::ErrorEnvelope;
+
     use super::*;
 
-    #[test]
-    fn path_parts_are_stripped_from_file_names_and_keys_are_safe() {
-        assert_eq!(base_name("../../etc/passwd").as_deref(), Some("passwd"));
+    /// Status, `Retry-After`, and envelope of an error's answer.
+    async fn answer(err: ApiError) -> (StatusCode, Option<String>, ErrorEnvelope) {
+        let response = err.into_response();
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap_or_default();
+        let envelope = serde_json::from_slice(&bytes).expect("an error envelope");
+        (status, retry_after, envelope)
+    }
+
+    #[tokio::test]
+    async fn each_error_answers_with_its_status_code_and_field() {
+        use std::time::Duration;
+        let cases = [
+            (ApiError::FileNotFound, 404, ErrorCode::NotFound, None),
+            (
+                ApiError::Link(LinkError::BadSignature),
+                403,
+                ErrorCode::Unauthorized,
+                Some("signature"),
+            ),
+            (
+                ApiError::Link(LinkError::Expired),
+                403,
+                ErrorCode::Unauthorized,
+                Some("expires"),
+            ),
+            (
+                ApiError::HashConflict,
+                409,
+                ErrorCode::Conflict,
+                Some("content_hash"),
+            ),
+            (
+                ApiError::UploadInProgress,
+                409,
+                ErrorCode::Conflict,
+                Some("file"),
+            ),
+            (
+                ApiError::TooLarge,
+                413,
+                ErrorCode::PayloadTooLarge,
+                Some("file"),
+            ),
+            (
+                ApiError::Quota(QuotaError::TooManyPending(20)),
+                429,
+                ErrorCode::RateLimited,
+                None,
+            ),
+            (
+                ApiError::Quota(QuotaError::Full("at most 1 files".to_owned())),
+                403,
+                ErrorCode::QuotaExceeded,
+                None,
+            ),
+            (
+                ApiError::Internal(anyhow::anyhow!("secret cause")),
+                500,
+                ErrorCode::Internal,
+                None,
+            ),
+        ];
+        for (err, status, code, field) in cases {
+            let message = err.to_string();
+            let (got, _, envelope) = answer(err).await;
+            assert_eq!(got.as_u16(), status, "{message}");
+            assert_eq!(envelope.error.code, code, "{message}");
+            assert_eq!(envelope.error.field.as_deref(), field, "{message}");
+            if status != 500 {
+                assert_eq!(envelope.error.message, message);
+            } else {
+                assert_eq!(
+                    envelope.error.message, "internal error",
+                    "the cause is never shown"
+                );
+            }
+        }
+        let rate = ApiError::Quota(QuotaError::RateLimited(Duration::from_millis(2500)));
+        let (status, retry_after, _) = answer(rate).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(
-            base_name("C:\\Users\\me\\báo cáo.pdf").as_deref(),
-            Some("báo cáo.pdf")
+            retry_after.as_deref(),
+            Some("3"),
+            "rounded up to whole seconds"
         );
-        assert_eq!(base_name("dir/"), None);
-        assert_eq!(key_name("báo cáo (1).pdf"), "b_o_c_o__1_.pdf");
-        assert_eq!(key_name("..."), "file");
     }
 
     #[test]
@@ -516,100 +521,17 @@ mod tests {
 }
 
 /// `POST /api/v1/agent/attachments` (multipart: `file`, optional `file_type`, `session_id`):
-/// the file is streamed to S3 while hashed and checked; answers `{bucket, path, mime_type, url}`.
+/// the file is streamed to S3 while hashed and checked (see [`crate::server_upload`]); answers
+/// `{bucket, path, mime_type, url}`.
 async fn server_upload(
     State(state): State<AppState>,
     owner: Owner,
     form: Multipart,
-) -> Result<axum::Json<Value>, ErrorResponse> {
-    use crate::server_upload::{UploadError, object_key, receive};
+) -> Result<axum::Json<Value>, ApiError> {
     let owner = owner.as_str();
-    state.quota.rate(owner).map_err(over_quota)?;
-    check_room(&state, owner, None, false).await?;
-    let id = Uuid::now_v7();
-    let stored = receive(
-        &state.s3,
-        &state.bucket,
-        |name| object_key(owner, id, name),
-        form,
-        MAX_FILE_BYTES,
-    )
-    .await
-    .map_err(|err| match err {
-        UploadError::Invalid { field, message } => invalid(field, message),
-        UploadError::TooLarge => ErrorResponse::with_field(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::PayloadTooLarge,
-            "file exceeds the 100 MB limit",
-            "file",
-        ),
-        UploadError::Failed(e) => internal(e),
-    })?;
-    // Its size is known now: over the byte quota, the object goes again.
-    let size = i64::try_from(stored.size).unwrap_or(i64::MAX);
-    if let Err(refused) = state
-        .quota
-        .room(&state.pool, owner, Some(size), false)
-        .await
-        .map_err(internal)?
-    {
-        state
-            .s3
-            .delete_object()
-            .bucket(&state.bucket)
-            .key(&stored.key)
-            .send()
-            .await
-            .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
-        return Err(over_quota(refused));
-    }
-    let upload = NewUpload {
-        id,
-        owner,
-        bucket: &state.bucket,
-        key: &stored.key,
-        file_name: &stored.file_name,
-        content_type: stored.file_type.mime,
-        size: i64::try_from(stored.size).unwrap_or(i64::MAX),
-        declared_sha256: None,
-        expires_at: Utc::now(),
-    };
-    let file = if store::insert_file(&state.pool, &upload, Some(&stored.sha256))
-        .await
-        .map_err(internal)?
-    {
-        store::find_owned(&state.pool, owner, &state.bucket, &stored.key)
-            .await
-            .map_err(internal)?
-    } else {
-        // The owner already has this content: keep one object.
-        state
-            .s3
-            .delete_object()
-            .bucket(&state.bucket)
-            .key(&stored.key)
-            .send()
-            .await
-            .map_err(|e| internal(aws_sdk_s3::Error::from(e)))?;
-        store::find_by_hash(&state.pool, owner, &stored.sha256)
-            .await
-            .map_err(internal)?
-    };
-    let file = file.filter(|f| f.status == "verified").ok_or_else(|| {
-        ErrorResponse::with_field(
-            StatusCode::CONFLICT,
-            ErrorCode::Conflict,
-            "this content is already being uploaded with a presigned form; retry once it completes",
-            "file",
-        )
-    })?;
-    if let Some(session) = &stored.session_id {
-        store::add_to_workspace(&state.pool, owner, session, file.id, "upload")
-            .await
-            .map_err(internal)?;
-    }
-    let url = crate::download::sign(&state.signer, &file, state.download_ttl).map_err(internal)?;
-    tracing::info!(file.id = %file.id, size = stored.size, "file uploaded through the service");
+    state.quota.rate(owner)?;
+    let file = crate::server_upload::upload(&state, owner, form, MAX_FILE_BYTES).await?;
+    let url = crate::download::sign(&state.signer, &file, state.download_ttl)?;
     Ok(axum::Json(json!({
         "bucket": file.bucket,
         "path": file.object_key,
@@ -629,7 +551,7 @@ async fn workspace(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<WorkspaceQuery>,
-) -> Result<axum::Json<Value>, ErrorResponse> {
+) -> Result<axum::Json<Value>, ApiError> {
     let session = query
         .session_id
         .filter(|s| !s.is_empty() && s.chars().count() <= MAX_SESSION_ID_CHARS)
@@ -639,9 +561,7 @@ async fn workspace(
                 "session_id must be a string of 1 to 128 characters",
             )
         })?;
-    let rows = store::workspace(&state.pool, owner.as_str(), &session)
-        .await
-        .map_err(internal)?;
+    let rows = store::workspace(&state.pool, owner.as_str(), &session).await?;
     let files: Vec<Value> = rows
         .into_iter()
         .map(|row| {
@@ -651,10 +571,10 @@ async fn workspace(
                 "path": row.object_key,
                 "filename": row.file_name,
                 "icon_type": icon,
-                "source": row.source,
+                "source": row.source.as_str(),
                 "file_size": row.size_bytes,
                 "content_type": row.content_type,
-                "status": row.status,
+                "status": row.status.as_str(),
                 "created_at": row.created_at,
             })
         })

@@ -5,9 +5,15 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use axum::extract::Multipart;
 use axum::extract::multipart::Field;
+use chrono::Utc;
 use protocol::file_types::{self, FileType};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
+
+use crate::AppState;
+use crate::file_name::{MAX_FILE_NAME_CHARS, base_name, upload_key};
+use crate::quota::QuotaError;
+use crate::store::{self, FileRow, FileStatus, NewUpload, Source};
 
 /// Bytes sent to S3 per part (S3's minimum part size is 5 MiB).
 pub(crate) const PART_BYTES: usize = 8 * 1024 * 1024;
@@ -26,9 +32,96 @@ pub(crate) enum UploadError {
     /// Larger than the limit (413).
     #[error("file exceeds the 100 MB limit")]
     TooLarge,
-    /// S3 or the stream failed (500).
+    /// The owner has no room for another file, or uploads too fast (429 or 403).
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
+    /// The same bytes are being uploaded with a presigned form, not verified yet (409).
+    #[error("the same content is waiting for a presigned upload")]
+    InProgress,
+    /// S3, PostgreSQL or the stream failed (500).
     #[error(transparent)]
     Failed(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for UploadError {
+    fn from(err: sqlx::Error) -> Self {
+        UploadError::Failed(err.into())
+    }
+}
+
+impl From<aws_sdk_s3::Error> for UploadError {
+    fn from(err: aws_sdk_s3::Error) -> Self {
+        UploadError::Failed(err.into())
+    }
+}
+
+/// The whole upload of `owner`'s `form`, at most `max_bytes`: room for one more file, the file
+/// streamed to S3 ([`receive`]), room for its bytes now that their size is known (else the
+/// object goes again), and the file recorded verified, in the form's session's workspace when
+/// it names one. When the owner already has these bytes, their earlier file answers and the new
+/// object goes: one object per content.
+pub(crate) async fn upload(
+    state: &AppState,
+    owner: &str,
+    form: Multipart,
+    max_bytes: u64,
+) -> Result<FileRow, UploadError> {
+    state.quota.room(&state.pool, owner, None, false).await??;
+    let id = Uuid::now_v7();
+    let stored = receive(
+        &state.s3,
+        &state.bucket,
+        |name| upload_key(owner, id, name),
+        form,
+        max_bytes,
+    )
+    .await?;
+    let size = i64::try_from(stored.size).unwrap_or(i64::MAX);
+    if let Err(refused) = state
+        .quota
+        .room(&state.pool, owner, Some(size), false)
+        .await?
+    {
+        delete_object(state, &stored.key).await?;
+        return Err(refused.into());
+    }
+    let upload = NewUpload {
+        id,
+        owner,
+        bucket: &state.bucket,
+        key: &stored.key,
+        file_name: &stored.file_name,
+        content_type: stored.file_type.mime,
+        size,
+        declared_sha256: None,
+        expires_at: Utc::now(),
+    };
+    let file = if store::insert_file(&state.pool, &upload, Some(&stored.sha256)).await? {
+        store::find_owned(&state.pool, owner, &state.bucket, &stored.key).await?
+    } else {
+        // The owner already has this content: keep one object.
+        delete_object(state, &stored.key).await?;
+        store::find_by_hash(&state.pool, owner, &stored.sha256).await?
+    };
+    let file = file
+        .filter(|f| f.status == FileStatus::Verified)
+        .ok_or(UploadError::InProgress)?;
+    if let Some(session) = &stored.session_id {
+        store::add_to_workspace(&state.pool, owner, session, file.id, Source::Upload).await?;
+    }
+    tracing::info!(file.id = %file.id, size = stored.size, "file uploaded through the service");
+    Ok(file)
+}
+
+async fn delete_object(state: &AppState, key: &str) -> Result<(), aws_sdk_s3::Error> {
+    state
+        .s3
+        .delete_object()
+        .bucket(&state.bucket)
+        .key(key)
+        .send()
+        .await?;
+    Ok(())
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> UploadError {
@@ -82,9 +175,9 @@ pub(crate) async fn receive(
             "file" => {
                 let file_name = field
                     .file_name()
-                    .and_then(crate::routes::base_name)
+                    .and_then(base_name)
                     .ok_or_else(|| invalid("file", "the file part needs a file name"))?;
-                if file_name.chars().count() > 255 {
+                if file_name.chars().count() > MAX_FILE_NAME_CHARS {
                     return Err(invalid("file", "file name must be at most 255 characters"));
                 }
                 let mime = declared_type
@@ -316,15 +409,6 @@ impl S3Multipart {
             tracing::warn!(error = %aws_sdk_s3::error::DisplayErrorContext(err), "cannot abort a multipart upload");
         }
     }
-}
-
-/// A fresh object key for `owner`'s file.
-pub(crate) fn object_key(owner: &str, id: Uuid, file_name: &str) -> String {
-    let owner_dir = &protocol::messaging::digest(&[owner])[..32];
-    format!(
-        "uploads/{owner_dir}/{id}/{}",
-        crate::routes::key_name(file_name)
-    )
 }
 
 #[cfg(test)]

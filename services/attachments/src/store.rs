@@ -1,11 +1,57 @@
-//! All SQL of the attachments service.
+//! All SQL of the attachments service, each statement checked at compile time against the
+//! migrations (`sqlx::query!` and friends; `scripts/sqlx-prepare.sh` refreshes the offline
+//! data in `services/attachments/.sqlx/` after a query or a migration changes).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+/// Where a file is in its life: the `files.status` column (`files_status_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+pub(crate) enum FileStatus {
+    /// Recorded; its bytes are on their way (a presigned upload) or not checked yet.
+    Pending,
+    /// Its bytes are stored and checked; only verified files are served.
+    Verified,
+    /// Its bytes failed the check; kept for inspection, never served.
+    Quarantined,
+}
+
+impl FileStatus {
+    /// The column's (and the API's) spelling.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FileStatus::Pending => "pending",
+            FileStatus::Verified => "verified",
+            FileStatus::Quarantined => "quarantined",
+        }
+    }
+}
+
+/// How a file came into a session's workspace: the `workspace_files.source` column
+/// (`workspace_files_source_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+pub(crate) enum Source {
+    /// The owner uploaded it.
+    Upload,
+    /// An agent made it during a run.
+    Generated,
+}
+
+impl Source {
+    /// The column's (and the API's) spelling.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Source::Upload => "upload",
+            Source::Generated => "generated",
+        }
+    }
+}
+
 /// A file record.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub(crate) struct FileRow {
     pub(crate) id: Uuid,
     pub(crate) bucket: String,
@@ -14,7 +60,7 @@ pub(crate) struct FileRow {
     pub(crate) content_type: String,
     pub(crate) size_bytes: i64,
     pub(crate) declared_sha256: Option<Vec<u8>>,
-    pub(crate) status: String,
+    pub(crate) status: FileStatus,
     pub(crate) expires_at: Option<DateTime<Utc>>,
 }
 
@@ -25,12 +71,7 @@ pub(crate) fn staging_key(id: Uuid) -> String {
     format!("staging/{id}")
 }
 
-/// The columns of [`FileRow`], as a literal so queries stay static strings.
-macro_rules! file_columns {
-    () => {
-        "id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256, status, expires_at"
-    };
-}
+// The queries that read a [`FileRow`] spell its columns out: the macros take only literals.
 
 /// The owner's file at `bucket`/`key`, if there is one.
 pub(crate) async fn find_owned(
@@ -39,26 +80,28 @@ pub(crate) async fn find_owned(
     bucket: &str,
     key: &str,
 ) -> sqlx::Result<Option<FileRow>> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        file_columns!(),
-        " FROM files WHERE owner = $1 AND bucket = $2 AND object_key = $3"
-    ))
-    .bind(owner)
-    .bind(bucket)
-    .bind(key)
+    sqlx::query_as!(
+        FileRow,
+        r#"SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
+                  status AS "status: FileStatus", expires_at
+         FROM files WHERE owner = $1 AND bucket = $2 AND object_key = $3"#,
+        owner,
+        bucket,
+        key
+    )
     .fetch_optional(pool)
     .await
 }
 
 /// The verified file `id`, if there is one (a download link names it).
 pub(crate) async fn find_verified(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<FileRow>> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        file_columns!(),
-        " FROM files WHERE id = $1 AND status = 'verified'"
-    ))
-    .bind(id)
+    sqlx::query_as!(
+        FileRow,
+        r#"SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
+                  status AS "status: FileStatus", expires_at
+         FROM files WHERE id = $1 AND status = 'verified'"#,
+        id
+    )
     .fetch_optional(pool)
     .await
 }
@@ -71,15 +114,18 @@ pub(crate) async fn find_verified_owned(
     objects: &[(&str, &str)],
 ) -> sqlx::Result<Vec<FileRow>> {
     let (buckets, keys): (Vec<&str>, Vec<&str>) = objects.iter().copied().unzip();
-    sqlx::query_as(concat!(
-        "SELECT ",
-        file_columns!(),
-        " FROM files WHERE owner = $1 AND status = 'verified'
-           AND (bucket, object_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))"
-    ))
-    .bind(owner)
-    .bind(buckets)
-    .bind(keys)
+    // The arrays bind as `&[&str]`, which the macro's check (`Vec<String>` for `text[]`) does
+    // not know: the `as` says which type is meant.
+    sqlx::query_as!(
+        FileRow,
+        r#"SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
+                  status AS "status: FileStatus", expires_at
+         FROM files WHERE owner = $1 AND status = 'verified'
+           AND (bucket, object_key) IN (SELECT * FROM unnest($2::text[], $3::text[]))"#,
+        owner,
+        &buckets[..] as &[&str],
+        &keys[..] as &[&str]
+    )
     .fetch_all(pool)
     .await
 }
@@ -91,27 +137,30 @@ pub(crate) async fn find_by_hash(
     owner: &str,
     sha256: &[u8],
 ) -> sqlx::Result<Option<FileRow>> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        file_columns!(),
-        " FROM (
+    sqlx::query_as!(
+        FileRow,
+        r#"SELECT id AS "id!", bucket AS "bucket!", object_key AS "object_key!",
+                  file_name AS "file_name!", content_type AS "content_type!",
+                  size_bytes AS "size_bytes!", declared_sha256,
+                  status AS "status!: FileStatus", expires_at
+         FROM (
            SELECT * FROM files WHERE owner = $1 AND sha256 = $2 AND status = 'verified'
            UNION ALL
            SELECT * FROM files WHERE owner = $1 AND declared_sha256 = $2
              AND declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
          ) AS live
          ORDER BY status = 'verified' DESC, created_at
-         LIMIT 1"
-    ))
-    .bind(owner)
-    .bind(sha256)
+         LIMIT 1"#,
+        owner,
+        sha256
+    )
     .fetch_optional(pool)
     .await
 }
 
 /// What an owner holds: live files (pending or verified), their bytes, and how many of them
 /// are uploads still waiting for their bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Usage {
     pub(crate) files: i64,
     pub(crate) bytes: i64,
@@ -120,12 +169,13 @@ pub(crate) struct Usage {
 
 /// The owner's [`Usage`] (one index range of `files_owner_idx`).
 pub(crate) async fn usage(pool: &PgPool, owner: &str) -> sqlx::Result<Usage> {
-    sqlx::query_as(
-        "SELECT count(*) AS files, coalesce(sum(size_bytes), 0)::bigint AS bytes,
-                count(*) FILTER (WHERE status = 'pending' AND expires_at > now()) AS pending
-         FROM files WHERE owner = $1 AND status IN ('pending', 'verified')",
+    sqlx::query_as!(
+        Usage,
+        r#"SELECT count(*) AS "files!", coalesce(sum(size_bytes), 0)::bigint AS "bytes!",
+                count(*) FILTER (WHERE status = 'pending' AND expires_at > now()) AS "pending!"
+         FROM files WHERE owner = $1 AND status IN ('pending', 'verified')"#,
+        owner
     )
-    .bind(owner)
     .fetch_one(pool)
     .await
 }
@@ -153,10 +203,10 @@ pub(crate) async fn insert_file(
     verified_sha256: Option<&[u8]>,
 ) -> sqlx::Result<bool> {
     let (status, declared) = match verified_sha256 {
-        Some(sha256) => ("verified", Some(sha256)),
-        None => ("pending", u.declared_sha256),
+        Some(sha256) => (FileStatus::Verified, Some(sha256)),
+        None => (FileStatus::Pending, u.declared_sha256),
     };
-    let inserted = sqlx::query_scalar::<_, Uuid>(
+    let inserted = sqlx::query_scalar!(
         "INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
                             declared_sha256, sha256, status, expires_at, verified_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
@@ -165,18 +215,18 @@ pub(crate) async fn insert_file(
            WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
          DO NOTHING
          RETURNING id",
+        u.id,
+        u.owner,
+        u.bucket,
+        u.key,
+        u.file_name,
+        u.content_type,
+        u.size,
+        declared,
+        verified_sha256,
+        status.as_str(),
+        verified_sha256.is_none().then_some(u.expires_at)
     )
-    .bind(u.id)
-    .bind(u.owner)
-    .bind(u.bucket)
-    .bind(u.key)
-    .bind(u.file_name)
-    .bind(u.content_type)
-    .bind(u.size)
-    .bind(declared)
-    .bind(verified_sha256)
-    .bind(status)
-    .bind(verified_sha256.is_none().then_some(u.expires_at))
     .fetch_optional(pool)
     .await?;
     Ok(inserted.is_some())
@@ -188,22 +238,24 @@ pub(crate) async fn extend_pending(
     id: Uuid,
     expires_at: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query("UPDATE files SET expires_at = GREATEST(expires_at, $2) WHERE id = $1 AND status = 'pending'")
-        .bind(id)
-        .bind(expires_at)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "UPDATE files SET expires_at = GREATEST(expires_at, $2) WHERE id = $1 AND status = 'pending'",
+        id,
+        expires_at
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
 /// Marks a pending file verified with the SHA-256 of its stored bytes.
 pub(crate) async fn mark_verified(pool: &PgPool, id: Uuid, sha256: &[u8]) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE files SET status = 'verified', sha256 = $2, verified_at = now(), problem = NULL
          WHERE id = $1 AND status = 'pending'",
+        id,
+        sha256
     )
-    .bind(id)
-    .bind(sha256)
     .execute(pool)
     .await?;
     Ok(())
@@ -211,30 +263,32 @@ pub(crate) async fn mark_verified(pool: &PgPool, id: Uuid, sha256: &[u8]) -> sql
 
 /// Marks a pending file quarantined, saying why.
 pub(crate) async fn mark_quarantined(pool: &PgPool, id: Uuid, problem: &str) -> sqlx::Result<()> {
-    sqlx::query("UPDATE files SET status = 'quarantined', problem = $2 WHERE id = $1 AND status = 'pending'")
-        .bind(id)
-        .bind(problem)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "UPDATE files SET status = 'quarantined', problem = $2 WHERE id = $1 AND status = 'pending'",
+        id,
+        problem
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
 /// Pending uploads to look at, oldest first.
 pub(crate) async fn pending(pool: &PgPool, limit: i64) -> sqlx::Result<Vec<FileRow>> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        file_columns!(),
-        " FROM files WHERE status = 'pending' ORDER BY expires_at LIMIT $1"
-    ))
-    .bind(limit)
+    sqlx::query_as!(
+        FileRow,
+        r#"SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
+                  status AS "status: FileStatus", expires_at
+         FROM files WHERE status = 'pending' ORDER BY expires_at LIMIT $1"#,
+        limit
+    )
     .fetch_all(pool)
     .await
 }
 
 /// Deletes a file record (its workspace entries go with it).
 pub(crate) async fn delete(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM files WHERE id = $1")
-        .bind(id)
+    sqlx::query!("DELETE FROM files WHERE id = $1", id)
         .execute(pool)
         .await?;
     Ok(())
@@ -246,32 +300,32 @@ pub(crate) async fn add_to_workspace(
     owner: &str,
     session_id: &str,
     file_id: Uuid,
-    source: &str,
+    source: Source,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO workspace_files (id, owner, session_id, file_id, source) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (owner, session_id, file_id) DO NOTHING",
+        Uuid::now_v7(),
+        owner,
+        session_id,
+        file_id,
+        source.as_str()
     )
-    .bind(Uuid::now_v7())
-    .bind(owner)
-    .bind(session_id)
-    .bind(file_id)
-    .bind(source)
     .execute(pool)
     .await?;
     Ok(())
 }
 
 /// A file of a session's workspace.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub(crate) struct WorkspaceRow {
     pub(crate) bucket: String,
     pub(crate) object_key: String,
     pub(crate) file_name: String,
     pub(crate) content_type: String,
     pub(crate) size_bytes: i64,
-    pub(crate) status: String,
-    pub(crate) source: String,
+    pub(crate) status: FileStatus,
+    pub(crate) source: Source,
     pub(crate) created_at: DateTime<Utc>,
 }
 
@@ -281,15 +335,40 @@ pub(crate) async fn workspace(
     owner: &str,
     session_id: &str,
 ) -> sqlx::Result<Vec<WorkspaceRow>> {
-    sqlx::query_as(
-        "SELECT f.bucket, f.object_key, f.file_name, f.content_type, f.size_bytes, f.status, w.source, w.created_at
+    sqlx::query_as!(
+        WorkspaceRow,
+        r#"SELECT f.bucket, f.object_key, f.file_name, f.content_type, f.size_bytes,
+                  f.status AS "status: FileStatus", w.source AS "source: Source", w.created_at
          FROM workspace_files w JOIN files f ON f.id = w.file_id
          WHERE w.owner = $1 AND w.session_id = $2 AND f.owner = $1
          ORDER BY w.created_at, w.id
-         LIMIT 1000",
+         LIMIT 1000"#,
+        owner,
+        session_id
     )
-    .bind(owner)
-    .bind(session_id)
     .fetch_all(pool)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enum_spellings_are_those_the_columns_check() {
+        // files_status_check and workspace_files_source_check (migrations/attachments).
+        let statuses = [
+            FileStatus::Pending,
+            FileStatus::Verified,
+            FileStatus::Quarantined,
+        ];
+        assert_eq!(
+            statuses.map(FileStatus::as_str),
+            ["pending", "verified", "quarantined"]
+        );
+        assert_eq!(
+            [Source::Upload, Source::Generated].map(Source::as_str),
+            ["upload", "generated"]
+        );
+    }
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use protocol::agui::Event;
 use protocol::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
-use protocol::messaging::RunEventV1;
+use protocol::messaging::{RunEventV1, RunStatus};
 use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints};
 use serde_json::{Value, json};
@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 /// One change to history.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Change {
-    /// The run's status (`running`, `completed`, `failed`, `cancelled`).
-    Status(&'static str),
+    /// The run's status (running, or how it ended).
+    Status(RunStatus),
     /// The assistant message exists (created empty with this metadata if not).
     EnsureAssistant {
         /// Its id.
@@ -87,13 +87,13 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
     let latency_ms = (event.emitted_at - accepted_at).num_milliseconds();
     let run_meta = |message_id: &str, stage: &str| json!({"run_id": event.run_id, "message_id": message_id, "stage": stage});
     match &event.event {
-        Event::RunStarted { .. } => vec![Change::Status("running")],
-        Event::RunFinished { .. } => vec![Change::Status("completed")],
+        Event::RunStarted { .. } => vec![Change::Status(RunStatus::Running)],
+        Event::RunFinished { .. } => vec![Change::Status(RunStatus::Completed)],
         Event::RunError { code, .. } => {
             vec![Change::Status(if code.as_deref() == Some("cancelled") {
-                "cancelled"
+                RunStatus::Cancelled
             } else {
-                "failed"
+                RunStatus::Failed
             })]
         }
         Event::TextMessageStart { message_id, .. } => vec![Change::EnsureAssistant {
@@ -213,19 +213,19 @@ mod tests {
     fn the_run_lifecycle_sets_the_status() {
         assert_eq!(
             of(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"})),
-            [Change::Status("running")]
+            [Change::Status(RunStatus::Running)]
         );
         assert_eq!(
             of(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"})),
-            [Change::Status("completed")]
+            [Change::Status(RunStatus::Completed)]
         );
         assert_eq!(
             of(json!({"type": "RUN_ERROR", "message": "x", "code": "cancelled"})),
-            [Change::Status("cancelled")]
+            [Change::Status(RunStatus::Cancelled)]
         );
         assert_eq!(
             of(json!({"type": "RUN_ERROR", "message": "x"})),
-            [Change::Status("failed")]
+            [Change::Status(RunStatus::Failed)]
         );
     }
 

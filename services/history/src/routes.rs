@@ -3,6 +3,7 @@
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use platform::auth::Owner;
@@ -21,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::store;
+use crate::store::{self, Role};
 
 /// Longest thread id accepted in a query.
 const MAX_THREAD_ID_CHARS: usize = 128;
@@ -51,20 +52,77 @@ struct SessionHistoryQuery {
     tz: Option<String>,
 }
 
-fn internal(err: sqlx::Error) -> ErrorResponse {
-    ErrorResponse::internal(&anyhow::Error::new(err))
+/// Errors of the history API; each variant's doc names its status. Its message is the one the
+/// answer carries (a 5xx aside: logged with its cause chain, answered opaquely).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    /// 400: the query string does not parse (axum's words).
+    #[error("{0}")]
+    BadQuery(String),
+    /// 400: `before` is not a date in the form YYYY-MM-DD.
+    #[error("before must be a date in the form YYYY-MM-DD")]
+    BadDate,
+    /// 400: `tz` is not a time zone name PostgreSQL knows.
+    #[error("tz must be an IANA time zone name such as Europe/Berlin")]
+    BadTimeZone,
+    /// 400: the thread parameter (named) is empty or too long.
+    #[error("{0} must be 1 to 128 characters")]
+    BadThreadId(&'static str),
+    /// 400: `limit` is not an integer from 1 to 100.
+    #[error("limit must be an integer from 1 to 100")]
+    BadLimit,
+    /// 400: `cursor` is not one this endpoint returned.
+    #[error("cursor is not one this endpoint returned")]
+    BadCursor,
+    /// 404: the caller has no thread with this id.
+    #[error("thread not found")]
+    ThreadNotFound,
+    /// 500: something failed on our side.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        ApiError::Internal(err.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let field = match &self {
+            ApiError::BadQuery(message) => {
+                return ErrorResponse::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    message.as_str(),
+                )
+                .into_response();
+            }
+            ApiError::BadDate => "before",
+            ApiError::BadTimeZone => "tz",
+            ApiError::BadThreadId(field) => field,
+            ApiError::BadLimit => "limit",
+            ApiError::BadCursor => "cursor",
+            ApiError::ThreadNotFound => return ErrorResponse::not_found("thread").into_response(),
+            ApiError::Internal(err) => return ErrorResponse::internal(err).into_response(),
+        };
+        ErrorResponse::with_field(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            self.to_string(),
+            field,
+        )
+        .into_response()
+    }
 }
 
 type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
-fn query<T>(query: QueryResult<T>) -> Result<T, ErrorResponse> {
-    query.map(|Query(q)| q).map_err(|err| {
-        ErrorResponse::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            err.body_text(),
-        )
-    })
+fn query<T>(query: QueryResult<T>) -> Result<T, ApiError> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|err| ApiError::BadQuery(err.body_text()))
 }
 
 /// The day a snapshot shows: which thread, which day, its messages, whether more came before.
@@ -81,37 +139,23 @@ async fn select_day(
     state: &AppState,
     owner: &Owner,
     thread: Option<String>,
-    thread_field: &str,
+    thread_field: &'static str,
     before: Option<String>,
     tz: Option<String>,
-) -> Result<Day, ErrorResponse> {
+) -> Result<Day, ApiError> {
     let before = before
         .as_deref()
         .map(|raw| {
             NaiveDate::parse_from_str(raw, "%Y-%m-%d")
                 .ok()
                 .filter(|_| raw.len() == 10)
-                .ok_or_else(|| {
-                    ErrorResponse::with_field(
-                        StatusCode::BAD_REQUEST,
-                        ErrorCode::InvalidRequest,
-                        "before must be a date in the form YYYY-MM-DD",
-                        "before",
-                    )
-                })
+                .ok_or(ApiError::BadDate)
         })
         .transpose()?;
     let tz = match tz {
         None => "UTC".to_owned(),
         Some(tz) if state.time_zones.contains(&tz) => tz,
-        Some(_) => {
-            return Err(ErrorResponse::with_field(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                "tz must be an IANA time zone name such as Europe/Berlin",
-                "tz",
-            ));
-        }
+        Some(_) => return Err(ApiError::BadTimeZone),
     };
     let pool = &state.pool;
     let nothing = |thread_id| Day {
@@ -123,44 +167,30 @@ async fn select_day(
     let thread_id = match thread {
         Some(thread_id) => {
             if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
-                return Err(ErrorResponse::with_field(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidRequest,
-                    format!("{thread_field} must be 1 to 128 characters"),
-                    thread_field,
-                ));
+                return Err(ApiError::BadThreadId(thread_field));
             }
-            if !store::thread_exists(pool, owner.as_str(), &thread_id)
-                .await
-                .map_err(internal)?
-            {
-                return Err(ErrorResponse::not_found("thread"));
+            if !store::thread_exists(pool, owner.as_str(), &thread_id).await? {
+                return Err(ApiError::ThreadNotFound);
             }
             thread_id
         }
-        None => match store::latest_thread(pool, owner.as_str())
-            .await
-            .map_err(internal)?
-        {
+        None => match store::latest_thread(pool, owner.as_str()).await? {
             Some(thread_id) => thread_id,
             None => return Ok(nothing(None)),
         },
     };
     // Day boundaries are those of the caller's IANA time zone (UTC unless given); PostgreSQL's
     // time zone database does the arithmetic, daylight-saving days included.
-    let Some(day) = store::latest_day_before(pool, owner.as_str(), &thread_id, before, &tz)
-        .await
-        .map_err(internal)?
+    let Some(day) = store::latest_day_before(pool, owner.as_str(), &thread_id, before, &tz).await?
     else {
         return Ok(nothing(Some(thread_id)));
     };
-    let (from, to) = store::day_bounds(pool, day, &tz).await.map_err(internal)?;
-    let rows = store::messages_between(pool, owner.as_str(), &thread_id, from, to)
-        .await
-        .map_err(internal)?;
-    let has_more = store::has_messages_before(pool, owner.as_str(), &thread_id, from)
-        .await
-        .map_err(internal)?;
+    let store::DayBounds {
+        starts: from,
+        ends: to,
+    } = store::day_bounds(pool, day, &tz).await?;
+    let rows = store::messages_between(pool, owner.as_str(), &thread_id, from, to).await?;
+    let has_more = store::has_messages_before(pool, owner.as_str(), &thread_id, from).await?;
     Ok(Day {
         thread_id: Some(thread_id),
         day: Some(day),
@@ -181,7 +211,7 @@ async fn history(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
-) -> Result<axum::Json<HistorySnapshotResponse>, ErrorResponse> {
+) -> Result<axum::Json<HistorySnapshotResponse>, ApiError> {
     let q = query(params)?;
     let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
     // One signing request for the whole day: the first attachment of each user message.
@@ -221,7 +251,7 @@ async fn history_blocks(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
-) -> Result<axum::Json<BlockHistoryResponse>, ErrorResponse> {
+) -> Result<axum::Json<BlockHistoryResponse>, ApiError> {
     let q = query(params)?;
     let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
     let (files, signed) = user_files_signed(&state, &owner, &day.rows).await;
@@ -246,7 +276,7 @@ async fn history_bodies(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
-) -> Result<axum::Json<BodyHistoryResponse>, ErrorResponse> {
+) -> Result<axum::Json<BodyHistoryResponse>, ApiError> {
     let q = query(params)?;
     let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
     let (files, signed) = user_files_signed(&state, &owner, &day.rows).await;
@@ -254,7 +284,7 @@ async fn history_bodies(
     let mut messages = Vec::with_capacity(day.rows.len());
     for (row, (files, urls)) in day.rows.into_iter().zip(files.into_iter().zip(signed)) {
         let stored = StoredMessage {
-            role: &row.role,
+            role: row.role.as_str(),
             text: &row.content,
             files: files
                 .iter()
@@ -267,16 +297,13 @@ async fn history_bodies(
             tool_calls: stored_tool_calls(&row.metadata),
             generated: generated_files(&row.metadata),
         };
-        let body = stored.body().map_err(|err| {
-            ErrorResponse::internal(&anyhow::anyhow!(
-                "stored message {} as a body: {err}",
-                row.message_id
-            ))
-        })?;
+        let body = stored
+            .body()
+            .map_err(|err| anyhow::anyhow!("stored message {} as a body: {err}", row.message_id))?;
         messages.push(BodyMessage {
             id: row.message_id,
             seq: row.seq,
-            role: row.role,
+            role: row.role.as_str().to_owned(),
             body,
             metadata: row.metadata,
             timestamp: timestamp(row.created_at),
@@ -332,7 +359,7 @@ async fn session_history(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<SessionHistoryQuery>,
-) -> Result<axum::Json<SessionHistoryResponse>, ErrorResponse> {
+) -> Result<axum::Json<SessionHistoryResponse>, ApiError> {
     let q = query(params)?;
     let day = select_day(&state, &owner, q.session_id, "session_id", q.before, q.tz).await?;
     Ok(axum::Json(SessionHistoryResponse {
@@ -380,7 +407,7 @@ fn timestamp(at: DateTime<Utc>) -> String {
 /// The files of a user message, from its stored metadata (all of them when the list is kept,
 /// else the seed's single `user_message_attachments`).
 fn user_files(row: &store::MessageRow) -> Vec<AttachedFile> {
-    if row.role != "user" {
+    if row.role != Role::User {
         return Vec::new();
     }
     if let Some(list) = row.metadata.get("user_message_attachment_list")
@@ -432,15 +459,15 @@ fn text_block(content: &str) -> Vec<Value> {
 }
 
 fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMessage {
-    match row.role.as_str() {
-        "user" => HistoryMessage::User(HistoryUserMessage {
+    match row.role {
+        Role::User => HistoryMessage::User(HistoryUserMessage {
             id: row.message_id,
             seq: row.seq,
             content: row.content,
             url,
             timestamp: timestamp(row.created_at),
         }),
-        role => {
+        role @ (Role::Assistant | Role::Tool) => {
             let message = HistoryAgentMessage {
                 ui_schema: compile_stored(&row.metadata),
                 id: row.message_id,
@@ -448,7 +475,7 @@ fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMes
                 content: row.content,
                 timestamp: timestamp(row.created_at),
             };
-            if role == "tool" {
+            if role == Role::Tool {
                 HistoryMessage::Tool(message)
             } else {
                 HistoryMessage::Assistant(message)
@@ -466,17 +493,17 @@ fn to_block_message(
     for (file, url) in files.iter().zip(urls) {
         content.push(json!({"type": "binary", "mimeType": file.mime_type, "url": url}));
     }
-    let agent = row.role != "user";
+    let agent = row.role != Role::User;
     let calls = tool_calls(&row.metadata);
     BlockMessage {
         ui_schema: agent.then(|| compile_stored(&row.metadata)),
-        tool_calls: (row.role == "assistant" && !calls.is_empty()).then_some(calls),
-        tool_call_id: (row.role == "tool")
+        tool_calls: (row.role == Role::Assistant && !calls.is_empty()).then_some(calls),
+        tool_call_id: (row.role == Role::Tool)
             .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
             .flatten(),
         id: row.message_id,
         seq: row.seq,
-        role: row.role,
+        role: row.role.as_str().to_owned(),
         content,
         metadata: row.metadata,
         timestamp: timestamp(row.created_at),
@@ -506,14 +533,14 @@ fn to_session_message(row: store::MessageRow) -> SessionMessage {
         .cloned()
         .unwrap_or_default();
     SessionMessage {
-        tool_calls: (row.role == "assistant").then(|| tool_calls(&row.metadata)),
-        tool_call_id: (row.role == "tool")
+        tool_calls: (row.role == Role::Assistant).then(|| tool_calls(&row.metadata)),
+        tool_call_id: (row.role == Role::Tool)
             .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
             .flatten(),
-        attachments: (row.role == "assistant").then_some(generated),
+        attachments: (row.role == Role::Assistant).then_some(generated),
         id: row.message_id,
         seq: row.seq,
-        role: row.role,
+        role: row.role.as_str().to_owned(),
         content,
         timestamp: timestamp(row.created_at),
     }
@@ -534,39 +561,21 @@ async fn threads(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<ThreadsQuery>,
-) -> Result<axum::Json<serde_json::Value>, ErrorResponse> {
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
     let limit = match query.limit.as_deref() {
         None => DEFAULT_THREADS_PAGE,
         Some(raw) => raw
             .parse::<i64>()
             .ok()
             .filter(|n| (1..=MAX_THREADS_PAGE).contains(n))
-            .ok_or_else(|| {
-                ErrorResponse::with_field(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidRequest,
-                    "limit must be an integer from 1 to 100",
-                    "limit",
-                )
-            })?,
+            .ok_or(ApiError::BadLimit)?,
     };
     let after = query
         .cursor
         .as_deref()
-        .map(|raw| {
-            decode_cursor(raw).ok_or_else(|| {
-                ErrorResponse::with_field(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidRequest,
-                    "cursor is not one this endpoint returned",
-                    "cursor",
-                )
-            })
-        })
+        .map(|raw| decode_cursor(raw).ok_or(ApiError::BadCursor))
         .transpose()?;
-    let mut rows = store::threads(&state.pool, owner.as_str(), after, limit + 1)
-        .await
-        .map_err(internal)?;
+    let mut rows = store::threads(&state.pool, owner.as_str(), after.as_ref(), limit + 1).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(usize::try_from(limit).unwrap_or_default());
     let next = more
@@ -597,8 +606,75 @@ fn encode_cursor(at: DateTime<Utc>, thread_id: &str) -> String {
     hex::encode(raw)
 }
 
-fn decode_cursor(raw: &str) -> Option<(DateTime<Utc>, String)> {
+fn decode_cursor(raw: &str) -> Option<store::ThreadCursor> {
     let bytes = hex::decode(raw).ok()?;
     let (micros, thread_id): (i64, String) = serde_json::from_slice(&bytes).ok()?;
-    Some((DateTime::from_timestamp_micros(micros)?, thread_id))
+    Some(store::ThreadCursor {
+        updated_at: DateTime::from_timestamp_micros(micros)?,
+        thread_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::ErrorEnvelope;
+
+    use super::*;
+
+    async fn answer(err: ApiError) -> (StatusCode, ErrorEnvelope) {
+        let response = err.into_response();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap_or_default();
+        let envelope = serde_json::from_slice(&bytes).expect("an error envelope");
+        (status, envelope)
+    }
+
+    #[tokio::test]
+    async fn each_refusal_names_its_parameter_and_says_its_rule() {
+        let cases = [
+            (
+                ApiError::BadDate,
+                "before",
+                "before must be a date in the form YYYY-MM-DD",
+            ),
+            (
+                ApiError::BadTimeZone,
+                "tz",
+                "tz must be an IANA time zone name such as Europe/Berlin",
+            ),
+            (
+                ApiError::BadThreadId("session_id"),
+                "session_id",
+                "session_id must be 1 to 128 characters",
+            ),
+            (
+                ApiError::BadLimit,
+                "limit",
+                "limit must be an integer from 1 to 100",
+            ),
+            (
+                ApiError::BadCursor,
+                "cursor",
+                "cursor is not one this endpoint returned",
+            ),
+        ];
+        for (err, field, message) in cases {
+            let (status, envelope) = answer(err).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{field}");
+            assert_eq!(envelope.error.code, ErrorCode::InvalidRequest, "{field}");
+            assert_eq!(envelope.error.field.as_deref(), Some(field));
+            assert_eq!(envelope.error.message, message);
+        }
+        let (status, envelope) = answer(ApiError::ThreadNotFound).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(envelope.error.message, "thread not found");
+        let (status, envelope) = answer(ApiError::Internal(anyhow::anyhow!("secret cause"))).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            envelope.error.message, "internal error",
+            "the cause is never shown"
+        );
+    }
 }

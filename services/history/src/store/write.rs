@@ -1,29 +1,29 @@
 //! The writes: the user messages of accepted runs, and the changes of run events.
 
 use chrono::{DateTime, Utc};
-use protocol::messaging::{RunEventV1, RunTaskV1};
+use protocol::messaging::{RunEventV1, RunStatus, RunTaskV1};
 use protocol::run_input::Message;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::Outcome;
+use super::{Outcome, Role, status_column};
 use crate::changes::{Change, changes};
 
 /// Persists the user message of an accepted run, once.
 pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
-    let inserted = sqlx::query_scalar::<_, Uuid>(
+    let inserted = sqlx::query_scalar!(
         "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (task_id) DO NOTHING
          RETURNING task_id",
+        task.task_id,
+        task.owner,
+        task.input.thread_id,
+        task.input.run_id,
+        task.accepted_at
     )
-    .bind(task.task_id)
-    .bind(&task.owner)
-    .bind(&task.input.thread_id)
-    .bind(&task.input.run_id)
-    .bind(task.accepted_at)
     .fetch_optional(&mut *tx)
     .await?;
     if inserted.is_none() {
@@ -46,7 +46,7 @@ pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx
             thread_id: &task.input.thread_id,
             task_id: task.task_id,
             message_id: &user.id,
-            role: "user",
+            role: Role::User,
             content: &user.content.text(),
             metadata: input_metadata(task, &user.id, true),
             created_at: task.accepted_at,
@@ -92,7 +92,7 @@ async fn record_conversation(
         }
         let mut metadata = input_metadata(task, id, Some(at) == new_turn);
         let (role, content) = match message {
-            Message::User(user) => ("user", user.content.text()),
+            Message::User(user) => (Role::User, user.content.text()),
             Message::Assistant(assistant) => {
                 if let Some(calls) = &assistant.tool_calls {
                     let calls: Vec<Value> = calls
@@ -101,24 +101,19 @@ async fn record_conversation(
                         .collect();
                     metadata["tool_calls"] = Value::Array(calls);
                 }
-                ("assistant", assistant.content.clone().unwrap_or_default())
+                (
+                    Role::Assistant,
+                    assistant.content.clone().unwrap_or_default(),
+                )
             }
             Message::Tool(tool) => {
                 metadata["tool_call_id"] = Value::String(tool.tool_call_id.clone());
                 metadata["stage"] = Value::String("tool_execution".to_owned());
-                ("tool", tool.content.clone())
+                (Role::Tool, tool.content.clone())
             }
             _ => continue, // system, developer, reasoning, activity: not conversation
         };
-        let known: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3)",
-        )
-        .bind(&task.owner)
-        .bind(&task.input.thread_id)
-        .bind(id)
-        .fetch_one(&mut **tx)
-        .await?;
-        if known {
+        if thread_holds(tx, &task.owner, &task.input.thread_id, id).await? {
             continue;
         }
         insert_message(
@@ -143,13 +138,19 @@ async fn record_conversation(
 /// function of it) and the run's progress, in one transaction.
 pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
-    let progress = sqlx::query_as::<_, (i64, String, DateTime<Utc>)>(
+    let progress = sqlx::query_as!(
+        Progress,
         "SELECT last_event_seq, owner, accepted_at FROM run_progress WHERE task_id = $1 FOR UPDATE",
+        event.task_id
     )
-    .bind(event.task_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((last_seq, owner, accepted_at)) = progress else {
+    let Some(Progress {
+        last_event_seq: last_seq,
+        owner,
+        accepted_at,
+    }) = progress
+    else {
         return Ok(Outcome::NotYet);
     };
     if owner != event.owner {
@@ -166,13 +167,22 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     for change in changes(event, accepted_at) {
         apply(&mut tx, event, change).await?;
     }
-    sqlx::query("UPDATE run_progress SET last_event_seq = $2 WHERE task_id = $1")
-        .bind(event.task_id)
-        .bind(seq)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE run_progress SET last_event_seq = $2 WHERE task_id = $1",
+        event.task_id,
+        seq
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(Outcome::Written)
+}
+
+/// How far a run's events are applied, and what every event of it is checked against.
+struct Progress {
+    last_event_seq: i64,
+    owner: String,
+    accepted_at: DateTime<Utc>,
 }
 
 /// One change, by the store function that makes it.
@@ -187,7 +197,7 @@ async fn apply(
         Change::EnsureAssistant {
             message_id,
             metadata,
-        } => ensure_message(tx, event, &message_id, "assistant", metadata).await,
+        } => ensure_message(tx, event, &message_id, Role::Assistant, metadata).await,
         Change::AppendText { message_id, delta } => {
             append_text(tx, task_id, &message_id, &delta).await
         }
@@ -231,7 +241,7 @@ async fn apply(
                     thread_id: &event.thread_id,
                     task_id,
                     message_id: &message_id,
-                    role: "tool",
+                    role: Role::Tool,
                     content: &content,
                     metadata,
                     created_at: event.emitted_at,
@@ -255,12 +265,12 @@ async fn append_text(
     message_id: &str,
     delta: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE messages SET content = content || $3 WHERE task_id = $1 AND message_id = $2",
+        task_id,
+        message_id,
+        delta
     )
-    .bind(task_id)
-    .bind(message_id)
-    .bind(delta)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -272,13 +282,13 @@ async fn set_latency(
     message_id: &str,
     latency_ms: i64,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
          WHERE task_id = $1 AND message_id = $2",
+        task_id,
+        message_id,
+        latency_ms
     )
-    .bind(task_id)
-    .bind(message_id)
-    .bind(latency_ms)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -292,15 +302,15 @@ async fn start_tool_call(
     name: &str,
     seq: i64,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO tool_calls (task_id, tool_call_id, message_id, name, started_seq)
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id, tool_call_id) DO NOTHING",
+        task_id,
+        tool_call_id,
+        message_id,
+        name,
+        seq
     )
-    .bind(task_id)
-    .bind(tool_call_id)
-    .bind(message_id)
-    .bind(name)
-    .bind(seq)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -312,12 +322,12 @@ async fn append_tool_args(
     tool_call_id: &str,
     delta: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE tool_calls SET arguments = arguments || $3 WHERE task_id = $1 AND tool_call_id = $2",
+        task_id,
+        tool_call_id,
+        delta
     )
-    .bind(task_id)
-    .bind(tool_call_id)
-    .bind(delta)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -331,14 +341,14 @@ async fn set_tool_message_latency(
     tool_call_id: &str,
     latency_ms: i64,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
          WHERE task_id = $1 AND NOT metadata ? 'latency_ms'
            AND message_id = (SELECT message_id FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2)",
+        task_id,
+        tool_call_id,
+        latency_ms
     )
-    .bind(task_id)
-    .bind(tool_call_id)
-    .bind(latency_ms)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -349,23 +359,27 @@ async fn tool_name(
     task_id: Uuid,
     tool_call_id: &str,
 ) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT name FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2")
-        .bind(task_id)
-        .bind(tool_call_id)
-        .fetch_optional(&mut **tx)
-        .await
+    sqlx::query_scalar!(
+        "SELECT name FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2",
+        task_id,
+        tool_call_id
+    )
+    .fetch_optional(&mut **tx)
+    .await
 }
 
 async fn set_status(
     tx: &mut Transaction<'_, Postgres>,
     task_id: Uuid,
-    status: &str,
+    status: RunStatus,
 ) -> sqlx::Result<()> {
-    sqlx::query("UPDATE run_progress SET status = $2 WHERE task_id = $1")
-        .bind(task_id)
-        .bind(status)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE run_progress SET status = $2 WHERE task_id = $1",
+        task_id,
+        status_column(status)
+    )
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -374,10 +388,29 @@ struct NewMessage<'a> {
     thread_id: &'a str,
     task_id: Uuid,
     message_id: &'a str,
-    role: &'a str,
+    role: Role,
     content: &'a str,
     metadata: Value,
     created_at: DateTime<Utc>,
+}
+
+/// Whether the thread holds a message with this id (of any run).
+async fn thread_holds(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &str,
+    thread_id: &str,
+    message_id: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (
+             SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3
+           ) AS "exists!""#,
+        owner,
+        thread_id,
+        message_id
+    )
+    .fetch_one(&mut **tx)
+    .await
 }
 
 /// Inserts the run's message `message_id` unless the thread holds it (a tool call may have created it
@@ -386,22 +419,14 @@ async fn ensure_message(
     tx: &mut Transaction<'_, Postgres>,
     event: &RunEventV1,
     message_id: &str,
-    role: &str,
+    role: Role,
     metadata: Value,
 ) -> sqlx::Result<()> {
     // By thread, not by run: a conversation resent by its client may have stored this very
     // message (by id) before this run's events arrived. Under the thread's lock, so the two
     // consumers never both decide to insert it.
     lock_thread(tx, &event.owner, &event.thread_id, event.emitted_at).await?;
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND thread_id = $2 AND message_id = $3)",
-    )
-    .bind(&event.owner)
-    .bind(&event.thread_id)
-    .bind(message_id)
-    .fetch_one(&mut **tx)
-    .await?;
-    if exists {
+    if thread_holds(tx, &event.owner, &event.thread_id, message_id).await? {
         return Ok(());
     }
     insert_message(
@@ -428,20 +453,23 @@ async fn lock_thread(
     thread_id: &str,
     at: DateTime<Utc>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
          VALUES ($1, $2, 0, $3, $3) ON CONFLICT (owner, thread_id) DO NOTHING",
+        owner,
+        thread_id,
+        at
     )
-    .bind(owner)
-    .bind(thread_id)
-    .bind(at)
     .execute(&mut **tx)
     .await?;
-    sqlx::query("SELECT 1 FROM threads WHERE owner = $1 AND thread_id = $2 FOR UPDATE")
-        .bind(owner)
-        .bind(thread_id)
-        .execute(&mut **tx)
-        .await?;
+    // The row exists now; its lock is what counts, not the answer.
+    sqlx::query_scalar!(
+        "SELECT 1 AS locked FROM threads WHERE owner = $1 AND thread_id = $2 FOR UPDATE",
+        owner,
+        thread_id
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -452,12 +480,12 @@ async fn merge_metadata(
     message_id: &str,
     fields: Value,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE messages SET metadata = metadata || $3 WHERE task_id = $1 AND message_id = $2",
+        task_id,
+        message_id,
+        fields
     )
-    .bind(task_id)
-    .bind(message_id)
-    .bind(fields)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -470,7 +498,7 @@ async fn refresh_tool_calls(
     task_id: Uuid,
     tool_call_id: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE messages m
             SET metadata = m.metadata || jsonb_build_object('tool_calls', (
                 SELECT jsonb_agg(jsonb_build_object('id', c.tool_call_id, 'name', c.name, 'arguments', c.arguments)
@@ -479,9 +507,9 @@ async fn refresh_tool_calls(
           FROM tool_calls t
          WHERE t.task_id = $1 AND t.tool_call_id = $2
            AND m.task_id = t.task_id AND m.message_id = t.message_id",
+        task_id,
+        tool_call_id
     )
-    .bind(task_id)
-    .bind(tool_call_id)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -489,33 +517,33 @@ async fn refresh_tool_calls(
 
 /// Inserts a message at the thread's next `seq` (allocated under the thread row's lock).
 async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -> sqlx::Result<()> {
-    let seq: i64 = sqlx::query_scalar(
+    let seq = sqlx::query_scalar!(
         "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
          VALUES ($1, $2, 1, $3, $3)
          ON CONFLICT (owner, thread_id) DO UPDATE
            SET last_seq = threads.last_seq + 1,
                updated_at = GREATEST(threads.updated_at, EXCLUDED.updated_at)
          RETURNING last_seq",
+        m.owner,
+        m.thread_id,
+        m.created_at
     )
-    .bind(m.owner)
-    .bind(m.thread_id)
-    .bind(m.created_at)
     .fetch_one(&mut **tx)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO messages (id, owner, thread_id, seq, task_id, message_id, role, content, metadata, created_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        Uuid::now_v7(),
+        m.owner,
+        m.thread_id,
+        seq,
+        m.task_id,
+        m.message_id,
+        m.role.as_str(),
+        m.content,
+        m.metadata,
+        m.created_at
     )
-    .bind(Uuid::now_v7())
-    .bind(m.owner)
-    .bind(m.thread_id)
-    .bind(seq)
-    .bind(m.task_id)
-    .bind(m.message_id)
-    .bind(m.role)
-    .bind(m.content)
-    .bind(m.metadata)
-    .bind(m.created_at)
     .execute(&mut **tx)
     .await?;
     Ok(())
