@@ -680,6 +680,25 @@ pub async fn wait_http_ok(url: &str, within: Duration, what: &str) -> anyhow::Re
     bail!("{what} never became ready ({url})")
 }
 
+/// Debian's Chromium, which the browser tests drive (playwright-core downloads none).
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Fails the test, naming the fix, unless Chromium and `<dir>/node_modules/playwright-core`
+/// (a driver's npm packages, `dir` relative to the workspace) are installed.
+pub fn require_browser_driver(dir: &str) {
+    assert!(
+        std::path::Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: run scripts/test.sh (or apt-get install chromium)"
+    );
+    assert!(
+        gateway::workspace_root()
+            .join(dir)
+            .join("node_modules/playwright-core")
+            .exists(),
+        "{dir}/node_modules is missing: run scripts/test.sh (or npm ci in {dir})"
+    );
+}
+
 /// What a JavaScript driver (`node <script>`) reported: its exit status, the JSON report it
 /// printed on stdout, and its stderr.
 pub struct DriverReport {

@@ -3,26 +3,20 @@
 //! Chromium against the running services. Needs `node`, `/usr/bin/chromium` and
 //! `tests/browser/node_modules` (`scripts/test.sh` installs both); without them this test fails.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::response::Html;
 use serde_json::Value;
-use switchboard_system_tests::{DriverReport, Options, TestPlatform, run_node_driver};
+use switchboard_system_tests::gateway::workspace_root;
+use switchboard_system_tests::{
+    DriverReport, Options, TestPlatform, require_browser_driver, run_node_driver,
+};
 use tokio::net::TcpListener;
 
 /// The page, served as it is in the tree.
 const PAGE: &str = include_str!("../browser/upload.html");
-const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long the driver gives the page (launch, two tries, verification in between).
 const DRIVER_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate lives in the workspace")
-        .to_path_buf()
-}
 
 /// Serves the page on 127.0.0.1 (port 0) until the test ends; returns its origin.
 async fn serve_page() -> String {
@@ -37,15 +31,7 @@ async fn serve_page() -> String {
 #[tokio::test]
 async fn the_seeds_javascript_uploads_from_headless_chromium_and_the_second_try_is_a_duplicate() {
     let root = workspace_root();
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: run scripts/test.sh (or apt-get install chromium)"
-    );
-    assert!(
-        root.join("tests/browser/node_modules/playwright-core")
-            .exists(),
-        "tests/browser/node_modules is missing: run scripts/test.sh (or npm ci in tests/browser)"
-    );
+    require_browser_driver("tests/browser");
 
     let origin = serve_page().await;
     let platform = TestPlatform::spawn_with(Options {

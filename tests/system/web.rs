@@ -10,9 +10,10 @@ use std::time::Duration;
 use chrono::{Duration as Days, Utc};
 use serde_json::{Value, json};
 use switchboard_system_tests::gateway::{Gateway, Upstreams, workspace_root};
-use switchboard_system_tests::{DriverReport, Options, TestPlatform, free_port, run_node_driver};
+use switchboard_system_tests::{
+    DriverReport, Options, TestPlatform, free_port, require_browser_driver, run_node_driver,
+};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long the driver may take (about a minute on 2 cores; prompts, timeouts and slow
 /// replies wait on the server's own clock).
 const DRIVER_TIMEOUT: Duration = Duration::from_secs(360);
@@ -139,14 +140,8 @@ fn is_png(path: &Path) -> bool {
 #[tokio::test]
 async fn the_web_client_streams_uploads_asks_resumes_and_reloads_through_the_gateway() {
     let root = workspace_root();
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: run scripts/test.sh (or apt-get install chromium)"
-    );
-    assert!(
-        root.join("web/node_modules/playwright-core").exists(),
-        "web/node_modules is missing: run scripts/test.sh (or npm ci in web)"
-    );
+    require_browser_driver("web");
+
     assert!(
         root.join("web/dist/index.html").exists(),
         "web/dist is missing: run scripts/test.sh (or npm run build in web)"

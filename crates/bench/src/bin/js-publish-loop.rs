@@ -24,14 +24,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use async_nats::jetstream;
-use chrono::Utc;
 use futures::{StreamExt as _, TryStreamExt as _};
 use hdrhistogram::Histogram;
 use platform::nats::NatsConfig;
-use protocol::messaging::{Names, RunTask, RunTaskV1};
-use protocol::validate::parse_run_input;
+use protocol::messaging::{Names, RunTask};
 use serde_json::json;
-use switchboard_bench::{Args, DEFAULT_TEXT, run_body};
+use switchboard_bench::{Args, DEFAULT_TEXT, accepted_run};
 use uuid::Uuid;
 
 /// Header that makes a publish conditional on the subject's last sequence.
@@ -194,29 +192,14 @@ async fn publish_one(
     settings: &Settings,
     run_id: String,
 ) -> anyhow::Result<(Duration, usize)> {
-    let body = run_body(&Uuid::new_v4().to_string(), &run_id, &settings.text);
-    let input = parse_run_input(body.as_bytes())
-        .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
     let owner = settings.owner.as_str();
-    let subject = settings
-        .names
-        .run_accepted_subject(owner, &input.thread_id, &input.run_id);
+    let (subject, task) = accepted_run(&settings.names, owner, &run_id, &settings.text)?;
     let msg_id = subject
         .rsplit_once(".runs.accepted.")
         .map_or(subject.as_str(), |(_, ids)| ids);
     let mut headers = platform::nats::publish_headers(msg_id);
     headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
-    let payload = serde_json::to_vec(&RunTask::V1(RunTaskV1 {
-        task_id: Uuid::now_v7(),
-        owner: owner.to_owned(),
-        accepted_at: Utc::now(),
-        input,
-        attachments: Vec::new(),
-        conversation: false,
-        resumed: None,
-        trace_id: None,
-        agent: Some("echo".to_owned()),
-    }))?;
+    let payload = serde_json::to_vec(&RunTask::V1(task))?;
     let bytes = payload.len();
     let sent = Instant::now();
     let ack = js

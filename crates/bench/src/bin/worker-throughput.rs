@@ -16,12 +16,10 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use chrono::Utc;
 use futures::StreamExt as _;
 use platform::nats::{NatsConfig, StreamLimits};
-use protocol::messaging::{Names, RunEventMessage, RunTaskV1};
-use protocol::validate::parse_run_input;
-use switchboard_bench::{Args, run_body};
+use protocol::messaging::{Names, RunEventMessage};
+use switchboard_bench::{Args, accepted_run};
 use uuid::Uuid;
 
 #[tokio::main]
@@ -121,21 +119,7 @@ async fn publish(
     run_id: &str,
     text: &str,
 ) -> anyhow::Result<Uuid> {
-    let body = run_body(&Uuid::new_v4().to_string(), run_id, text);
-    let input = parse_run_input(body.as_bytes())
-        .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
-    let subject = names.run_accepted_subject(owner, &input.thread_id, &input.run_id);
-    let task = RunTaskV1 {
-        task_id: Uuid::now_v7(),
-        owner: owner.to_owned(),
-        accepted_at: Utc::now(),
-        input,
-        attachments: Vec::new(),
-        conversation: false,
-        resumed: None,
-        trace_id: None,
-        agent: Some("echo".to_owned()),
-    };
+    let (subject, task) = accepted_run(names, owner, run_id, text)?;
     anyhow::ensure!(
         platform::nats::publish_task(js, &subject, &task).await?,
         "a benchmark run was taken for a duplicate"
