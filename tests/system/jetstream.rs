@@ -49,6 +49,7 @@ async fn stream_and_bucket_limits_follow_configuration_and_are_reconciled_when_c
     // Changed settings are applied on the next start; nothing else is touched.
     config.limits.runs_max_bytes = 3 << 20;
     config.limits.runs_max_age = Duration::from_secs(3600);
+    config.limits.runs_dedup_window = Duration::from_secs(600);
     config.limits.max_msg_size = 512 << 10;
     config.limits.kv_max_bytes = 4 << 20;
     platform::nats::ensure_streams(&js, &config).await.unwrap();
@@ -67,7 +68,7 @@ async fn stream_and_bucket_limits_follow_configuration_and_are_reconciled_when_c
             3 << 20,
             Duration::from_secs(3600),
             512 << 10,
-            Duration::from_secs(120)
+            Duration::from_secs(600)
         )
     );
     let bucket = stream_config(&js, &format!("KV_{}", names.prompts_bucket())).await;
@@ -96,9 +97,8 @@ async fn a_full_runs_stream_refuses_new_runs_and_keeps_the_accepted_ones() {
     let payload = vec![b'x'; 1024];
     let mut accepted = 0u64;
     let refused = loop {
-        let subject = names.run_accepted_subject("alice", "t", &format!("r{accepted}"));
         match js
-            .publish(subject, payload.clone().into())
+            .publish(names.run_queue_subject(), payload.clone().into())
             .await
             .unwrap()
             .await

@@ -32,19 +32,17 @@ pub fn run_body(thread_id: &str, run_id: &str, text: &str) -> String {
     .to_string()
 }
 
-/// A run of `owner` saying `text` as the runs service would accept it (agent `echo`), with the
-/// subject it is published on under `names`.
+/// A run of `owner` saying `text` as the runs service would accept it (agent `echo`); the
+/// service publishes it with `platform::nats::publish_run`.
 pub fn accepted_run(
-    names: &protocol::messaging::Names,
     owner: &str,
     run_id: &str,
     text: &str,
-) -> anyhow::Result<(String, protocol::messaging::RunTaskV1)> {
+) -> anyhow::Result<protocol::messaging::RunTaskV1> {
     let body = run_body(&uuid::Uuid::new_v4().to_string(), run_id, text);
     let input = protocol::validate::parse_run_input(body.as_bytes())
         .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
-    let subject = names.run_accepted_subject(owner, &input.thread_id, &input.run_id);
-    let task = protocol::messaging::RunTaskV1 {
+    Ok(protocol::messaging::RunTaskV1 {
         task_id: uuid::Uuid::now_v7(),
         owner: owner.to_owned(),
         accepted_at: chrono::Utc::now(),
@@ -54,8 +52,7 @@ pub fn accepted_run(
         resumed: None,
         trace_id: None,
         agent: Some("echo".to_owned()),
-    };
-    Ok((subject, task))
+    })
 }
 
 /// The peak resident set size of this process so far (`VmHWM` of `/proc/self/status`), in KiB;

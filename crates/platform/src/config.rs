@@ -164,6 +164,7 @@ impl Env {
         let limits = crate::nats::StreamLimits {
             replicas: self.or("SB_NATS_REPLICAS", defaults.replicas)?,
             runs_max_age: secs("SB_NATS_RUNS_MAX_AGE_SECS", defaults.runs_max_age)?,
+            runs_dedup_window: secs("SB_NATS_RUNS_DEDUP_WINDOW_SECS", defaults.runs_dedup_window)?,
             runs_max_bytes: self.or("SB_NATS_RUNS_MAX_BYTES", defaults.runs_max_bytes)?,
             events_max_age: secs("SB_NATS_EVENTS_MAX_AGE_SECS", defaults.events_max_age)?,
             events_max_bytes: self.or("SB_NATS_EVENTS_MAX_BYTES", defaults.events_max_bytes)?,

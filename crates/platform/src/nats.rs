@@ -30,9 +30,14 @@ pub struct NatsConfig {
 pub struct StreamLimits {
     /// Replicas of every stream and bucket (`SB_NATS_REPLICAS`; 1 locally, 3 on a cluster).
     pub replicas: usize,
-    /// How long accepted runs are kept (`SB_NATS_RUNS_MAX_AGE_SECS`, 7 days): the window in
-    /// which a retried run is recognised.
+    /// How long accepted runs are kept (`SB_NATS_RUNS_MAX_AGE_SECS`, 7 days): a worker backlog
+    /// may be this old before runs expire unrun; status lookups read a run's task from here.
     pub runs_max_age: Duration,
+    /// The RUNS stream's duplicate window (`SB_NATS_RUNS_DEDUP_WINDOW_SECS`, 1 hour): how long
+    /// a retried run is recognised by its message id. The broker keeps ~250 bytes per run
+    /// accepted within the window (BENCHMARKS.md section 9), so memory follows the rate of new
+    /// runs times this window, not the number of runs kept.
+    pub runs_dedup_window: Duration,
     /// Most bytes of accepted runs (`SB_NATS_RUNS_MAX_BYTES`, 8 GiB). Full: new runs are
     /// refused (503), accepted ones are never dropped.
     pub runs_max_bytes: i64,
@@ -52,6 +57,7 @@ impl Default for StreamLimits {
         Self {
             replicas: 1,
             runs_max_age: Duration::from_secs(7 * 24 * 3600),
+            runs_dedup_window: Duration::from_secs(3600),
             runs_max_bytes: 8 << 30,
             events_max_age: Duration::from_secs(24 * 3600),
             events_max_bytes: 8 << 30,
@@ -60,7 +66,8 @@ impl Default for StreamLimits {
         }
     }
 }
-/// Window in which JetStream drops a message whose `Nats-Msg-Id` it has already stored.
+/// Window in which the RUN_EVENTS stream drops a message whose `Nats-Msg-Id` it has already
+/// stored (retried event publishes).
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// Connects to NATS and returns the client and its JetStream context.
@@ -111,6 +118,8 @@ pub async fn connect(
 /// `config.limits`. Safe to call from every replica.
 pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
     let (names, limits) = (&config.names, &config.limits);
+    // JetStream refuses a duplicate window longer than the stream's max age.
+    let runs_window = limits.runs_dedup_window.min(limits.runs_max_age);
     let streams = [
         (
             names.runs_stream(),
@@ -118,6 +127,7 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             limits.runs_max_age,
             limits.runs_max_bytes,
             stream::DiscardPolicy::New,
+            runs_window,
         ),
         (
             names.run_events_stream(),
@@ -125,9 +135,10 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             limits.events_max_age,
             limits.events_max_bytes,
             stream::DiscardPolicy::Old,
+            DUPLICATE_WINDOW.min(limits.events_max_age),
         ),
     ];
-    for (name, subjects, max_age, max_bytes, discard) in streams {
+    for (name, subjects, max_age, max_bytes, discard, duplicate_window) in streams {
         let wanted = stream::Config {
             name: name.clone(),
             subjects: vec![subjects],
@@ -138,7 +149,7 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             max_message_size: limits.max_msg_size,
             num_replicas: limits.replicas,
             discard,
-            duplicate_window: DUPLICATE_WINDOW,
+            duplicate_window,
             ..Default::default()
         };
         settled(&name, || reconcile(js, wanted.clone()))
@@ -364,30 +375,56 @@ pub async fn publish_idempotent(
     .context("JetStream did not acknowledge the publish")
 }
 
-/// Header that makes a publish conditional on the subject's last sequence.
-pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// What [`publish_run`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The run is new and stored at this RUNS sequence.
+    New(u64),
+    /// A run with the same `(owner, threadId, runId)` was stored within the duplicate window, at
+    /// this sequence; nothing was written.
+    Duplicate(u64),
+}
 
-/// Publishes `task` on `subject` only if the subject holds no task yet (one subject per run:
-/// the stream is the idempotency record). `false`: a task is already stored there.
-pub async fn publish_task(
+/// Publishes `task` on the RUNS queue subject with its run key as message id and waits for
+/// JetStream's ack. JetStream stores one message per run key within the stream's duplicate
+/// window, atomically (any number of concurrent publishes of one run store one message) and
+/// answers a duplicate with the original's sequence, so the caller can read it back
+/// ([`task_at`]).
+pub async fn publish_run(
     js: &jetstream::Context,
-    subject: &str,
+    names: &Names,
     task: &protocol::messaging::RunTaskV1,
-) -> anyhow::Result<bool> {
-    use jetstream::context::PublishErrorKind;
+) -> anyhow::Result<Published> {
+    let key = protocol::messaging::run_key(&task.owner, &task.input.thread_id, &task.input.run_id);
     let payload = serde_json::to_vec(&protocol::messaging::RunTask::V1(task.clone()))?;
-    let msg_id = subject
-        .rsplit_once(".runs.accepted.")
-        .map_or(subject, |(_, ids)| ids);
-    let mut headers = publish_headers(msg_id);
-    headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
     let ack = js
-        .publish_with_headers(subject.to_owned(), headers, payload.into())
+        .publish_with_headers(
+            names.run_queue_subject(),
+            publish_headers(&key),
+            payload.into(),
+        )
         .await?
-        .await;
-    match ack {
-        Ok(ack) => Ok(!ack.duplicate),
-        Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => Ok(false),
+        .await?;
+    Ok(if ack.duplicate {
+        Published::Duplicate(ack.sequence)
+    } else {
+        Published::New(ack.sequence)
+    })
+}
+
+/// The task stored at `seq` of the RUNS stream; `None` if it is no longer there (expired).
+pub async fn task_at(
+    runs: &stream::Stream,
+    seq: u64,
+) -> anyhow::Result<Option<protocol::messaging::RunTaskV1>> {
+    use protocol::messaging::RunTask;
+    use stream::RawMessageErrorKind;
+    match runs.get_raw_message(seq).await {
+        Ok(message) => {
+            let RunTask::V1(task) = serde_json::from_slice(&message.payload)?;
+            Ok(Some(task))
+        }
+        Err(err) if err.kind() == RawMessageErrorKind::NoMessageFound => Ok(None),
         Err(err) => Err(err.into()),
     }
 }
@@ -558,8 +595,13 @@ impl JsonKv {
 pub struct ThreadLock {
     /// The holding task.
     pub task_id: uuid::Uuid,
-    /// RUNS subject of the holding run (where its task is, once published).
-    pub subject: String,
+    /// The holding run's key ([`protocol::messaging::run_key`]).
+    #[serde(default)]
+    pub run_key: String,
+    /// Whether the holding task is in the RUNS stream (claimed by the worker, or marked by the
+    /// runs service once JetStream acknowledged it).
+    #[serde(default)]
+    pub published: bool,
     /// When the lock was taken.
     pub claimed_at: chrono::DateTime<chrono::Utc>,
 }
@@ -579,21 +621,23 @@ pub enum Claim {
 }
 
 impl RunBuckets {
-    /// Takes the lock of `(owner, thread_id)` for `task_id`, whose run lives on `subject`.
-    /// A lock held by a run that ended (or whose task never reached the stream) is taken over.
+    /// Takes the lock of `(owner, thread_id)` for `task_id` of the run `run_key`; `published`:
+    /// its task is in the RUNS stream already (the worker's claim). A lock held by a run that
+    /// ended (or whose task never reached the stream) is taken over.
     pub async fn claim_thread(
         &self,
-        runs: &stream::Stream,
         owner: &str,
         thread_id: &str,
         task_id: uuid::Uuid,
-        subject: &str,
+        run_key: &str,
+        published: bool,
     ) -> anyhow::Result<Claim> {
         use protocol::messaging::thread_lock_key;
         let key = thread_lock_key(owner, thread_id);
         let mine = ThreadLock {
             task_id,
-            subject: subject.to_owned(),
+            run_key: run_key.to_owned(),
+            published,
             claimed_at: chrono::Utc::now(),
         };
         loop {
@@ -606,11 +650,10 @@ impl RunBuckets {
             if holder.task_id == task_id {
                 return Ok(Claim::Claimed);
             }
-            let stored = stored_task_id(runs, &holder.subject).await?;
-            if holder.subject == subject && stored != Some(task_id) {
+            if holder.run_key == run_key {
                 return Ok(Claim::SameRun);
             }
-            if self.holds_active(&holder, stored).await? {
+            if self.holds_active(&holder).await? {
                 return Ok(Claim::Busy);
             }
             if self
@@ -624,11 +667,7 @@ impl RunBuckets {
         }
     }
 
-    async fn holds_active(
-        &self,
-        holder: &ThreadLock,
-        stored: Option<uuid::Uuid>,
-    ) -> anyhow::Result<bool> {
+    async fn holds_active(&self, holder: &ThreadLock) -> anyhow::Result<bool> {
         use protocol::messaging::{RunStatusRecord, status_key};
         if let Some((record, _)) = self
             .run_status
@@ -638,7 +677,27 @@ impl RunBuckets {
             return Ok(!record.status.is_terminal());
         }
         // No status yet: queued if its task is in the stream, or still being published.
-        Ok(stored == Some(holder.task_id) || chrono::Utc::now() - holder.claimed_at < CLAIM_GRACE)
+        Ok(holder.published || chrono::Utc::now() - holder.claimed_at < CLAIM_GRACE)
+    }
+
+    /// Records that the task holding `(owner, thread_id)`'s lock, `task_id`, is in the RUNS
+    /// stream now (so the lock stays held while the run waits for a worker).
+    pub async fn mark_published(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        task_id: uuid::Uuid,
+    ) -> anyhow::Result<()> {
+        let key = protocol::messaging::thread_lock_key(owner, thread_id);
+        self.thread_locks
+            .modify::<ThreadLock, _>(&key, |holder| {
+                (holder.task_id == task_id && !holder.published).then(|| ThreadLock {
+                    published: true,
+                    ..holder.clone()
+                })
+            })
+            .await?;
+        Ok(())
     }
 
     /// Releases the lock of `(owner, thread_id)` if `task_id` holds it.
@@ -655,30 +714,5 @@ impl RunBuckets {
             self.thread_locks.delete_at(&key, revision).await?;
         }
         Ok(())
-    }
-}
-
-/// The task id stored on a RUNS subject, if any.
-async fn stored_task_id(
-    runs: &stream::Stream,
-    subject: &str,
-) -> anyhow::Result<Option<uuid::Uuid>> {
-    Ok(stored_task(runs, subject).await?.map(|task| task.task_id))
-}
-
-/// The task stored on a RUNS `subject` (or the latest on a wildcard subject), if any.
-pub async fn stored_task(
-    runs: &stream::Stream,
-    subject: &str,
-) -> anyhow::Result<Option<protocol::messaging::RunTaskV1>> {
-    use protocol::messaging::RunTask;
-    use stream::LastRawMessageErrorKind;
-    match runs.get_last_raw_message_by_subject(subject).await {
-        Ok(message) => {
-            let RunTask::V1(task) = serde_json::from_slice(&message.payload)?;
-            Ok(Some(task))
-        }
-        Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-        Err(err) => Err(err.into()),
     }
 }

@@ -119,6 +119,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.run_cancel_subjects(),
                 names.attachments_resolve_subject(),
                 names.history_progress_subject(),
+                names.history_run_lookup_subject(),
             ]
             .into_iter()
             .chain(streams())
@@ -127,18 +128,25 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             subscribe: vec![inbox, names.run_events_subjects()],
             responds: false,
         },
-        // Consumes runs and events into PostgreSQL, signs download links, says how far it is.
+        // Consumes runs and events into PostgreSQL, signs download links, says how far it is
+        // and finds runs by id.
         "history" => Permissions {
             publish: [names.attachments_sign_subject()]
                 .into_iter()
                 .chain(streams())
                 .collect(),
-            subscribe: vec![inbox, names.history_progress_subject()],
+            subscribe: vec![
+                inbox,
+                names.history_progress_subject(),
+                names.history_run_lookup_subject(),
+            ],
             responds: true,
         },
-        // Runs agents: publishes their events, reads and registers files, hears cancels.
+        // Runs agents: publishes their events, reads and registers files, hears cancels,
+        // queues the run that continues after a prompt timed out.
         "worker" => Permissions {
             publish: [
+                names.run_queue_subject(),
                 names.run_events_subjects(),
                 names.attachments_resolve_subject(),
                 names.attachments_register_subject(),
@@ -249,12 +257,10 @@ mod tests {
             ["worker"]
         );
         assert_eq!(callers(&names.history_progress_subject()), ["runs"]);
+        assert_eq!(callers(&names.history_run_lookup_subject()), ["runs"]);
         let task = uuid::Uuid::now_v7();
         assert_eq!(callers(&names.run_event_subject(task)), ["runs", "worker"]);
-        assert_eq!(
-            callers(&names.run_accepted_subject("o", "t", "r")),
-            ["runs"]
-        );
+        assert_eq!(callers(&names.run_queue_subject()), ["runs", "worker"]);
         assert_eq!(callers(&names.run_cancel_subject(task)), ["runs"]);
     }
 

@@ -73,27 +73,12 @@ impl Names {
         format!("{}.runs.accepted.>", self.prefix)
     }
 
-    /// Subject of the run `(owner, threadId, runId)`. One run, one subject: the RUNS stream is
-    /// its own idempotency record (a publish expecting no earlier message on the subject is the
-    /// atomic "create"), for as long as the stream keeps it.
-    pub fn run_accepted_subject(&self, owner: &str, thread_id: &str, run_id: &str) -> String {
-        format!(
-            "{}.runs.accepted.{}.{}.{}",
-            self.prefix,
-            short_digest(owner),
-            short_digest(run_id),
-            short_digest(thread_id)
-        )
-    }
-
-    /// Subjects of every run `runId` of `owner`, on any thread (for lookups by run id).
-    pub fn run_accepted_pattern(&self, owner: &str, run_id: &str) -> String {
-        format!(
-            "{}.runs.accepted.{}.{}.*",
-            self.prefix,
-            short_digest(owner),
-            short_digest(run_id)
-        )
+    /// Subject every new run is published on. One subject for all runs: a subject per run
+    /// would cost the broker ~550 bytes of memory for as long as the stream keeps the run
+    /// (BENCHMARKS.md section 9). Idempotency comes from the message id ([`run_key`]) inside the
+    /// stream's duplicate window; the durable record of every run is history's `run_progress`.
+    pub fn run_queue_subject(&self) -> String {
+        format!("{}.runs.accepted.q", self.prefix)
     }
 
     /// Stream of run events (every event of every run, in per-run order).
@@ -148,6 +133,11 @@ impl Names {
     /// Request/reply subject on which history says how far it has written a run's events.
     pub fn history_progress_subject(&self) -> String {
         format!("{}.history.progress", self.prefix)
+    }
+
+    /// Request/reply subject on which history finds an owner's latest run with a run id.
+    pub fn history_run_lookup_subject(&self) -> String {
+        format!("{}.history.run-lookup", self.prefix)
     }
 
     fn bucket(&self, name: &str) -> String {
@@ -261,12 +251,18 @@ pub fn short_digest(part: &str) -> String {
     digest(&[part])[..32].to_owned()
 }
 
+/// The idempotency key of the run `(owner, threadId, runId)`: its message id in the RUNS stream
+/// (never the raw client ids).
+pub fn run_key(owner: &str, thread_id: &str, run_id: &str) -> String {
+    digest(&[owner, thread_id, run_id])
+}
+
 /// Key of the lock on `(owner, threadId)`.
 pub fn thread_lock_key(owner: &str, thread_id: &str) -> String {
     format!("t.{}", digest(&[owner, thread_id]))
 }
 
-/// An accepted run, as published on [`Names::run_accepted_subject`]. Versioned by `v`.
+/// An accepted run, as published on [`Names::run_queue_subject`]. Versioned by `v`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "v")]
 pub enum RunTask {
@@ -342,6 +338,57 @@ pub enum ProgressReply {
     },
 }
 
+/// Request on [`Names::history_run_lookup_subject`]: the owner's latest run with this run id
+/// (a run id may be reused on several threads). Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum RunLookupRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The caller's `sub`: another owner's run is never found.
+        owner: String,
+        /// The run id.
+        run_id: String,
+        /// Sequence of the RUNS stream's last message when the question was asked: history
+        /// answers only once it has written every run up to it, so a run accepted before the
+        /// request is always found (read-your-writes).
+        runs_seq: u64,
+    },
+}
+
+/// Answer to a [`RunLookupRequest`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum RunLookupReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The run, if the owner has one with that id.
+        run: Option<RunRecord>,
+    },
+    /// History has not written every run up to `runs_seq` yet (it is behind or catching up):
+    /// the answer would not be authoritative.
+    #[serde(rename = "1-behind")]
+    Behind,
+}
+
+/// What history keeps of a run (`run_progress`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run's task id.
+    pub task_id: Uuid,
+    /// Its thread.
+    pub thread_id: String,
+    /// When it was accepted.
+    pub accepted_at: DateTime<Utc>,
+    /// Its status as far as history has written its events.
+    pub status: RunStatus,
+    /// Where its task is in the RUNS stream (unknown for runs written before history kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_seq: Option<u64>,
+}
+
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "v")]
@@ -385,15 +432,17 @@ mod tests {
     #[test]
     fn digests_differ_when_a_boundary_moves_between_fields() {
         assert_ne!(digest(&["ab", "c", "d"]), digest(&["a", "bc", "d"]));
+        let key = run_key("alice", "t1", "r1");
+        assert_eq!(key, run_key("alice", "t1", "r1"));
+        assert_ne!(key, run_key("alice", "t1", "r2"));
+        assert_ne!(key, run_key("bob", "t1", "r1"));
+        assert_ne!(run_key("a", "bt", "r"), run_key("ab", "t", "r"));
         let names = Names::new("p").unwrap_or_else(|_| unreachable!());
-        let subject = names.run_accepted_subject("alice", "t1", "r1");
-        assert_eq!(subject, names.run_accepted_subject("alice", "t1", "r1"));
-        assert_ne!(subject, names.run_accepted_subject("alice", "t1", "r2"));
-        assert_ne!(subject, names.run_accepted_subject("bob", "t1", "r1"));
-        let pattern = names.run_accepted_pattern("alice", "r1");
         assert!(
-            subject.starts_with(pattern.trim_end_matches('*')),
-            "{subject} matches {pattern}"
+            names
+                .run_queue_subject()
+                .starts_with(names.runs_subjects().trim_end_matches('>')),
+            "the queue subject is one of the RUNS stream's"
         );
     }
 

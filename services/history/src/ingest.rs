@@ -20,7 +20,8 @@ const NOT_YET_DELAY: Duration = Duration::from_millis(100);
 /// Delay before a message that failed on a database error comes back.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
-type PullConsumer = jetstream::consumer::Consumer<pull::Config>;
+/// A durable pull consumer of one of the two streams.
+pub(crate) type PullConsumer = jetstream::consumer::Consumer<pull::Config>;
 
 pub(crate) struct Ingest {
     runs: PullConsumer,
@@ -62,6 +63,11 @@ impl Ingest {
         })
     }
 
+    /// The RUNS consumer (its ack floor tells how far runs are written).
+    pub(crate) fn runs_consumer(&self) -> PullConsumer {
+        self.runs.clone()
+    }
+
     pub(crate) async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let lag = [
             (self.runs.clone(), HISTORY_RUNS_CONSUMER),
@@ -76,15 +82,15 @@ impl Ingest {
             )
         });
         let pool = &self.pool;
-        let runs = consume(&self.runs, shutdown.clone(), |payload| async move {
+        let runs = consume(&self.runs, shutdown.clone(), |payload, seq| async move {
             match serde_json::from_slice::<RunTask>(&payload) {
                 Ok(RunTask::V1(task)) => {
-                    Handled::from(store::record_accepted_run(pool, &task).await)
+                    Handled::from(store::record_accepted_run(pool, &task, seq).await)
                 }
                 Err(err) => Handled::Undecodable(err),
             }
         });
-        let events = consume(&self.events, shutdown, |payload| async move {
+        let events = consume(&self.events, shutdown, |payload, _| async move {
             match serde_json::from_slice::<RunEventMessage>(&payload) {
                 Ok(RunEventMessage::V1(event)) => {
                     Handled::from(store::apply_event(pool, &event).await)
@@ -113,14 +119,15 @@ impl From<sqlx::Result<Outcome>> for Handled {
     }
 }
 
-/// Processes one consumer's messages in order, one at a time, until shutdown.
+/// Processes one consumer's messages in order, one at a time, until shutdown; `handle` gets
+/// each message's payload and stream sequence.
 async fn consume<F, Fut>(
     consumer: &PullConsumer,
     shutdown: CancellationToken,
     handle: F,
 ) -> anyhow::Result<()>
 where
-    F: Fn(bytes::Bytes) -> Fut,
+    F: Fn(bytes::Bytes, u64) -> Fut,
     Fut: std::future::Future<Output = Handled>,
 {
     let name = consumer.cached_info().name.clone();
@@ -139,7 +146,8 @@ where
                 continue;
             }
         };
-        let ack = match handle(message.payload.clone()).await {
+        let seq = message.info().map_or(0, |info| info.stream_sequence);
+        let ack = match handle(message.payload.clone(), seq).await {
             Handled::Done(Outcome::Written | Outcome::Duplicate) => message.ack().await,
             Handled::Done(Outcome::NotYet) => {
                 message.ack_with(AckKind::Nak(Some(NOT_YET_DELAY))).await

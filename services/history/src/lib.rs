@@ -3,6 +3,7 @@
 
 mod changes;
 mod ingest;
+mod lookup;
 mod progress;
 mod routes;
 mod sign;
@@ -138,10 +139,19 @@ impl platform::service::Service for Application {
     /// Serves and consumes until `shutdown` is cancelled.
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let http = platform::http::serve(self.listener, self.router, shutdown.clone());
+        let lookup = lookup::serve(
+            self.client.clone(),
+            self.names.clone(),
+            self.pool.clone(),
+            self.ingest.runs_consumer(),
+            shutdown.clone(),
+        );
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
-        let (http, ingested, progress) = tokio::join!(http, self.ingest.run(shutdown), progress);
+        let (http, ingested, progress, lookup) =
+            tokio::join!(http, self.ingest.run(shutdown), progress, lookup);
         http.context("history HTTP server failed")?;
         progress.context("history progress endpoint failed")?;
+        lookup.context("history run lookup endpoint failed")?;
         ingested
     }
 }

@@ -1,21 +1,23 @@
 //! Acceptance of a validated run, idempotent per `(owner, threadId, runId)`.
 //!
-//! Every run has its own subject in the RUNS stream, and the stream message *is* the
-//! idempotency record. A new run is published expecting no earlier message on its subject
-//! (`Nats-Expected-Last-Subject-Sequence: 0`), which JetStream checks atomically; the message
-//! id repeats the subject, so a concurrent duplicate is also dropped inside the duplicate window.
-//! Whichever way JetStream refuses the second publish, the stored task is read back and the
-//! caller gets the original answer (same body) or 409 (different body). So: one JetStream write
-//! per accepted run, any number of duplicates make one task and one message, and a retry is
-//! recognised for as long as the stream keeps the run (7 days).
+//! Every new run is published on the one RUNS queue subject with its run key (a digest of
+//! owner, thread and run id) as message id, and JetStream stores one message per key within
+//! the stream's duplicate window (`SB_NATS_RUNS_DEDUP_WINDOW_SECS`, 1 hour), atomically. A
+//! duplicate is answered with the original's sequence; the stored task is read back there and
+//! the caller gets the original answer (same body) or 409 (different body). So: one JetStream
+//! write per accepted run, any number of concurrent duplicates make one task and one message,
+//! and a retry is recognised for the duplicate window. The broker's memory follows the rate of
+//! new runs times that window, not the number of runs the stream keeps (a subject per run cost
+//! ~550 bytes each for 7 days: BENCHMARKS.md section 9). A retry later than the window is a new
+//! run. History's `run_progress` is the durable record of every run (status lookups ask it).
 //!
 //! Under the `reject` policy the thread's lock is claimed first (one more write, in KV); under
 //! `enqueue` the worker serialises runs per thread.
 
 use async_nats::jetstream;
 use chrono::Utc;
-use platform::nats::{Claim, RunBuckets, stored_task};
-use protocol::messaging::{Names, Resumed, RunTaskV1};
+use platform::nats::{Claim, Published, RunBuckets};
+use protocol::messaging::{Names, Resumed, RunTaskV1, run_key};
 use protocol::metadata::AttachedFile;
 use protocol::{RunAgentInput, TaskAcceptedResponse};
 use uuid::Uuid;
@@ -91,9 +93,6 @@ impl Acceptor {
         resumed: Option<Resumed>,
         agent: Option<String>,
     ) -> Result<TaskAcceptedResponse, AcceptError> {
-        let subject = self
-            .names
-            .run_accepted_subject(owner, &input.thread_id, &input.run_id);
         let task = RunTaskV1 {
             task_id: Uuid::now_v7(),
             owner: owner.to_owned(),
@@ -106,38 +105,44 @@ impl Acceptor {
             agent,
         };
         let thread_id = task.input.thread_id.as_str();
-        if self.policy == ActiveRunPolicy::Reject {
-            // A retry must get its original answer, not "thread busy" from its own run.
-            if let Some(original) = stored_task(&self.runs, &subject).await? {
-                return answer_retry(&task, original);
-            }
+        let reject = self.policy == ActiveRunPolicy::Reject;
+        if reject {
+            let key = run_key(owner, thread_id, &task.input.run_id);
+            // A retry of the holder's own run is not "busy": JetStream recognises it below.
             let claim = self
                 .buckets
-                .claim_thread(&self.runs, owner, thread_id, task.task_id, &subject)
+                .claim_thread(owner, thread_id, task.task_id, &key, false)
                 .await?;
             if claim == Claim::Busy {
                 return Err(AcceptError::ThreadBusy);
             }
         }
-        if self.publish(&subject, &task).await? {
-            metrics::counter!("switchboard_runs_accepted_total").increment(1);
-            tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
-            return Ok(response(&task));
+        match platform::nats::publish_run(&self.js, &self.names, &task).await? {
+            Published::New(_) => {
+                if reject {
+                    self.buckets
+                        .mark_published(owner, thread_id, task.task_id)
+                        .await?;
+                }
+                metrics::counter!("switchboard_runs_accepted_total").increment(1);
+                tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
+                Ok(response(&task))
+            }
+            Published::Duplicate(seq) => {
+                if reject {
+                    self.buckets
+                        .release_thread(owner, thread_id, task.task_id)
+                        .await?;
+                }
+                let original =
+                    platform::nats::task_at(&self.runs, seq)
+                        .await?
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("JetStream refused a duplicate run it does not hold")
+                        })?;
+                answer_retry(&task, original)
+            }
         }
-        if self.policy == ActiveRunPolicy::Reject {
-            self.buckets
-                .release_thread(owner, thread_id, task.task_id)
-                .await?;
-        }
-        let original = stored_task(&self.runs, &subject)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("JetStream refused a duplicate run it does not hold"))?;
-        answer_retry(&task, original)
-    }
-
-    /// Publishes the task if its subject is empty. `false`: a run is already stored there.
-    async fn publish(&self, subject: &str, task: &RunTaskV1) -> anyhow::Result<bool> {
-        platform::nats::publish_task(&self.js, subject, task).await
     }
 }
 

@@ -447,7 +447,7 @@ async fn run_events(
         .runs
         .find(owner.as_str(), &run_id)
         .await
-        .map_err(ApiError::Internal)?
+        .map_err(ApiError::Unavailable)?
         .ok_or(ApiError::NotFound)?;
     follow(
         &state,
@@ -546,7 +546,7 @@ async fn run_status(
         .runs
         .find(owner.as_str(), &run_id)
         .await
-        .map_err(ApiError::Internal)?
+        .map_err(ApiError::Unavailable)?
         .ok_or(ApiError::NotFound)?;
     Ok(axum::Json(status_response(record)))
 }

@@ -1,12 +1,22 @@
-//! Run status and cancel. A run's task lives in the RUNS stream; its status record in KV
-//! (`task.<id>`) is created by the worker when it starts the run or by a cancel, so a run
-//! without one is queued.
+//! Run status and cancel. History's `run_progress` is the durable index of every run (the
+//! owner's latest run with a run id, and where its task is in the RUNS stream); the live status
+//! record in KV (`task.<id>`) is created by the worker when it starts the run or by a cancel, so
+//! a run without one is queued (or, once history has its end, ended).
 
+use std::time::Duration;
+
+use anyhow::Context as _;
 use async_nats::jetstream::stream::Stream;
 use chrono::Utc;
-use platform::nats::{Created, RunBuckets, stored_task};
-use protocol::messaging::{Names, RunStatus, RunStatusRecord, RunTaskV1, status_key};
+use platform::nats::{Created, RunBuckets, task_at};
+use protocol::messaging::{
+    Names, RunLookupReply, RunLookupRequest, RunRecord, RunStatus, RunStatusRecord, RunTaskV1,
+    status_key,
+};
 use protocol::run_input::RunStatusResponse;
+
+/// How long a lookup waits for history's answer (history itself waits at most 2 s to catch up).
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Looks runs up and cancels them, always scoped to their owner.
 pub(crate) struct RunDirectory {
@@ -16,16 +26,17 @@ pub(crate) struct RunDirectory {
     buckets: RunBuckets,
 }
 
-fn queued(task: &RunTaskV1) -> RunStatusRecord {
+/// The status record of a run no worker has touched: queued, or as far as history has it.
+fn untouched(owner: &str, run_id: &str, run: &RunRecord) -> RunStatusRecord {
     RunStatusRecord {
-        task_id: task.task_id,
-        owner: task.owner.clone(),
-        thread_id: task.input.thread_id.clone(),
-        run_id: task.input.run_id.clone(),
-        status: RunStatus::Queued,
+        task_id: run.task_id,
+        owner: owner.to_owned(),
+        thread_id: run.thread_id.clone(),
+        run_id: run_id.to_owned(),
+        status: run.status,
         cancel_requested: false,
-        created: task.accepted_at,
-        updated_at: task.accepted_at,
+        created: run.accepted_at,
+        updated_at: run.accepted_at,
         error: None,
         alive_at: None,
     }
@@ -46,15 +57,46 @@ impl RunDirectory {
         }
     }
 
-    /// The caller's latest run with this run id (a run id may be reused on several threads).
-    /// Another owner's run is `None`, exactly like a missing one: the owner is part of the key.
+    /// The caller's latest run with this run id (a run id may be reused on several threads),
+    /// from history, once history has written every run accepted before this call. Another
+    /// owner's run is `None`, exactly like a missing one: the owner is part of the question.
+    async fn lookup(&self, owner: &str, run_id: &str) -> anyhow::Result<Option<RunRecord>> {
+        let runs_seq = self.runs.get_info().await?.state.last_sequence;
+        let request = RunLookupRequest::V1 {
+            owner: owner.to_owned(),
+            run_id: run_id.to_owned(),
+            runs_seq,
+        };
+        let reply = tokio::time::timeout(
+            LOOKUP_TIMEOUT,
+            self.client.request(
+                self.names.history_run_lookup_subject(),
+                serde_json::to_vec(&request)?.into(),
+            ),
+        )
+        .await
+        .context("history did not answer a run lookup in time")?
+        .context("history did not answer a run lookup")?;
+        match serde_json::from_slice(&reply.payload)? {
+            RunLookupReply::V1 { run } => Ok(run),
+            RunLookupReply::Behind => anyhow::bail!("history has not written the latest runs yet"),
+        }
+    }
+
+    /// The caller's latest run with this run id, as accepted (its task).
     pub(crate) async fn task(
         &self,
         owner: &str,
         run_id: &str,
     ) -> anyhow::Result<Option<RunTaskV1>> {
-        let pattern = self.names.run_accepted_pattern(owner, run_id);
-        let task = stored_task(&self.runs, &pattern).await?;
+        let Some(seq) = self
+            .lookup(owner, run_id)
+            .await?
+            .and_then(|run| run.runs_seq)
+        else {
+            return Ok(None);
+        };
+        let task = task_at(&self.runs, seq).await?;
         Ok(task.filter(|t| t.owner == owner && t.input.run_id == run_id))
     }
 
@@ -64,16 +106,18 @@ impl RunDirectory {
         owner: &str,
         run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
-        let Some(task) = self.task(owner, run_id).await? else {
+        let Some(run) = self.lookup(owner, run_id).await? else {
             return Ok(None);
         };
         let record = self
             .buckets
             .run_status
-            .get::<RunStatusRecord>(&status_key(task.task_id))
+            .get::<RunStatusRecord>(&status_key(run.task_id))
             .await?
             .map(|(record, _)| record);
-        Ok(Some(record.unwrap_or_else(|| queued(&task))))
+        Ok(Some(
+            record.unwrap_or_else(|| untouched(owner, run_id, &run)),
+        ))
     }
 
     /// Cancels the caller's run: a queued run ends cancelled at once; a running one is asked to
@@ -83,19 +127,22 @@ impl RunDirectory {
         owner: &str,
         run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
-        let Some(task) = self.task(owner, run_id).await? else {
+        let Some(run) = self.lookup(owner, run_id).await? else {
             return Ok(None);
         };
-        let key = status_key(task.task_id);
+        let key = status_key(run.task_id);
         let now = Utc::now();
+        if run.status.is_terminal() {
+            return self.find(owner, run_id).await; // ended: nothing to cancel
+        }
         let cancelled = RunStatusRecord {
             status: RunStatus::Cancelled,
             updated_at: now,
-            ..queued(&task)
+            ..untouched(owner, run_id, &run)
         };
         // Not started yet: the cancel creates the record, and the worker will find it.
         if self.buckets.run_status.create(&key, &cancelled).await? != Created::Exists {
-            tracing::info!(task.id = %task.task_id, "queued run cancelled");
+            tracing::info!(task.id = %run.task_id, "queued run cancelled");
             return Ok(Some(cancelled));
         }
         let updated = self

@@ -17,7 +17,7 @@ use protocol::interaction::{
 };
 use protocol::messaging::{
     Names, RunEventMessage, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER,
-    status_key,
+    run_key, status_key,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -57,7 +57,6 @@ pub(crate) struct RunConsumer {
     names: Names,
     buckets: RunBuckets,
     consumer: jetstream::consumer::Consumer<pull::Config>,
-    runs: jetstream::stream::Stream,
     /// The RUN_EVENTS stream (read when ending a lost run).
     events: jetstream::stream::Stream,
     agents: Arc<AgentSet>,
@@ -229,7 +228,6 @@ impl RunConsumer {
             names,
             buckets,
             consumer,
-            runs: stream,
             events,
             agents,
             reader,
@@ -450,12 +448,10 @@ impl RunConsumer {
         }
         let (owner, thread_id) = (task.owner.as_str(), task.input.thread_id.as_str());
         if status != Some(RunStatus::Cancelled) {
-            let subject = self
-                .names
-                .run_accepted_subject(owner, thread_id, &task.input.run_id);
+            let key = run_key(owner, thread_id, &task.input.run_id);
             let claim = self
                 .buckets
-                .claim_thread(&self.runs, owner, thread_id, task.task_id, &subject)
+                .claim_thread(owner, thread_id, task.task_id, &key, true)
                 .await?;
             if claim != Claim::Claimed {
                 return Ok(Processed::ThreadBusy);

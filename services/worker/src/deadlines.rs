@@ -174,7 +174,7 @@ async fn start_continuation(
         trace_id: None,
         agent: record.agent.clone(),
     };
-    let subject = names.run_accepted_subject(&record.owner, &record.thread_id, &run_id);
-    platform::nats::publish_task(js, &subject, &task).await?;
+    // A second timeout of the same prompt (another replica) is the same run: one message.
+    platform::nats::publish_run(js, names, &task).await?;
     Ok(())
 }

@@ -6,11 +6,9 @@
 //! every ack. Stops after `--count` messages or `--max-seconds`, whichever comes first, and
 //! prints one JSON line: throughput and per-publish (publish + ack) latency percentiles.
 //!
-//! The publish is the one the runs service makes for a new run: subject
-//! `Names::run_accepted_subject(owner, threadId, runId)`, message id the subject's id tokens,
-//! `Nats-Expected-Last-Subject-Sequence: 0` (the subject must be empty) and the trace headers of
-//! `platform::nats::publish_headers`. Every run has a fresh threadId and runId, so none is a
-//! duplicate.
+//! The publish is the one the runs service makes for a new run, by the same function
+//! (`platform::nats::publish_run`: the RUNS queue subject, the run key as message id, the trace
+//! headers). Every run has a fresh threadId and runId, so none is a duplicate.
 //!
 //! Usage: `js-publish-loop --prefix P [--nats-url URL] [--count N] [--concurrency K]
 //! [--max-seconds T] [--owner SUB] [--text TEXT]` (`SB_NATS_URL`, `BENCH_TEXT` as fallbacks).
@@ -31,9 +29,6 @@ use protocol::messaging::{Names, RunTask};
 use serde_json::json;
 use switchboard_bench::{Args, DEFAULT_TEXT, accepted_run};
 use uuid::Uuid;
-
-/// Header that makes a publish conditional on the subject's last sequence.
-const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 
 struct Settings {
     names: Names,
@@ -192,24 +187,12 @@ async fn publish_one(
     settings: &Settings,
     run_id: String,
 ) -> anyhow::Result<(Duration, usize)> {
-    let owner = settings.owner.as_str();
-    let (subject, task) = accepted_run(&settings.names, owner, &run_id, &settings.text)?;
-    let msg_id = subject
-        .rsplit_once(".runs.accepted.")
-        .map_or(subject.as_str(), |(_, ids)| ids);
-    let mut headers = platform::nats::publish_headers(msg_id);
-    headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
-    let payload = serde_json::to_vec(&RunTask::V1(task))?;
-    let bytes = payload.len();
+    let task = accepted_run(&settings.owner, &run_id, &settings.text)?;
+    let bytes = serde_json::to_vec(&RunTask::V1(task.clone()))?.len();
     let sent = Instant::now();
-    let ack = js
-        .publish_with_headers(subject, headers, payload.into())
-        .await
-        .context("publish")?
-        .await
-        .context("ack")?;
+    let published = platform::nats::publish_run(js, &settings.names, &task).await?;
     anyhow::ensure!(
-        !ack.duplicate,
+        matches!(published, platform::nats::Published::New(_)),
         "JetStream took a benchmark run for a duplicate"
     );
     Ok((sent.elapsed(), bytes))

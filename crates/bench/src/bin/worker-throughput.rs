@@ -119,9 +119,12 @@ async fn publish(
     run_id: &str,
     text: &str,
 ) -> anyhow::Result<Uuid> {
-    let (subject, task) = accepted_run(names, owner, run_id, text)?;
+    let task = accepted_run(owner, run_id, text)?;
     anyhow::ensure!(
-        platform::nats::publish_task(js, &subject, &task).await?,
+        matches!(
+            platform::nats::publish_run(js, names, &task).await?,
+            platform::nats::Published::New(_)
+        ),
         "a benchmark run was taken for a duplicate"
     );
     Ok(task.task_id)

@@ -17,6 +17,33 @@ pub(crate) async fn written_seq(pool: &PgPool, task_id: Uuid) -> sqlx::Result<Op
     .await
 }
 
+/// A run as `run_progress` keeps it.
+#[derive(Debug)]
+pub(crate) struct RunRow {
+    pub(crate) task_id: Uuid,
+    pub(crate) thread_id: String,
+    pub(crate) accepted_at: DateTime<Utc>,
+    pub(crate) status: String,
+    pub(crate) runs_seq: Option<i64>,
+}
+
+/// The owner's latest run with this run id (`run_progress_owner_run_idx`).
+pub(crate) async fn latest_run(
+    pool: &PgPool,
+    owner: &str,
+    run_id: &str,
+) -> sqlx::Result<Option<RunRow>> {
+    sqlx::query_as!(
+        RunRow,
+        "SELECT task_id, thread_id, accepted_at, status, runs_seq FROM run_progress
+         WHERE owner = $1 AND run_id = $2 ORDER BY accepted_at DESC LIMIT 1",
+        owner,
+        run_id
+    )
+    .fetch_optional(pool)
+    .await
+}
+
 /// A stored message, as the history endpoints read it.
 #[derive(Debug)]
 pub(crate) struct MessageRow {

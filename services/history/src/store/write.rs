@@ -10,19 +10,25 @@ use uuid::Uuid;
 use super::{Outcome, Role, status_column};
 use crate::changes::{Change, changes};
 
-/// Persists the user message of an accepted run, once.
-pub(crate) async fn record_accepted_run(pool: &PgPool, task: &RunTaskV1) -> sqlx::Result<Outcome> {
+/// Persists the user message of an accepted run, once, and the run in `run_progress` with
+/// where its task is in the RUNS stream (`runs_seq`).
+pub(crate) async fn record_accepted_run(
+    pool: &PgPool,
+    task: &RunTaskV1,
+    runs_seq: u64,
+) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
     let inserted = sqlx::query_scalar!(
-        "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at)
-         VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at, runs_seq)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (task_id) DO NOTHING
          RETURNING task_id",
         task.task_id,
         task.owner,
         task.input.thread_id,
         task.input.run_id,
-        task.accepted_at
+        task.accepted_at,
+        i64::try_from(runs_seq).ok()
     )
     .fetch_optional(&mut *tx)
     .await?;

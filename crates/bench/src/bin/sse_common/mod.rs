@@ -21,9 +21,6 @@ use switchboard_bench::{Args, DEFAULT_TEXT, run_body};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// Header that makes a publish conditional on the subject's last sequence.
-const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
-
 /// Connections and settings shared by the benchmarks.
 pub struct Bench {
     pub names: Names,
@@ -86,14 +83,6 @@ impl Bench {
         let body = run_body(&Uuid::new_v4().to_string(), &run_id, DEFAULT_TEXT);
         let input = parse_run_input(body.as_bytes())
             .map_err(|v| anyhow::anyhow!("benchmark body is invalid: {}", v.message))?;
-        let subject = self
-            .names
-            .run_accepted_subject(&self.owner, &input.thread_id, &input.run_id);
-        let msg_id = subject
-            .rsplit_once(".runs.accepted.")
-            .map_or(subject.as_str(), |(_, ids)| ids);
-        let mut headers = platform::nats::publish_headers(msg_id);
-        headers.insert(EXPECTED_LAST_SUBJECT_SEQUENCE, "0");
         let task_id = Uuid::now_v7();
         let run = Run {
             task_id,
@@ -112,13 +101,10 @@ impl Bench {
             "input": serde_json::to_value(&input)?,
         }))
         .context("RunTask from JSON")?;
-        let payload = serde_json::to_vec(&task)?;
-        self.js
-            .publish_with_headers(subject, headers, payload.into())
+        let RunTask::V1(task) = task;
+        platform::nats::publish_run(&self.js, &self.names, &task)
             .await
-            .context("publish run task")?
-            .await
-            .context("run task ack")?;
+            .context("publish run task")?;
         Ok(run)
     }
 

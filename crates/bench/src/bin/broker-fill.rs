@@ -1,0 +1,211 @@
+//! Fills a RUNS stream with accepted runs, to measure what retained runs cost the broker
+//! (`scripts/bench-broker.sh`, BENCHMARKS.md section 9).
+//!
+//! Makes sure the streams of `--prefix` exist exactly as the services make them
+//! (`platform::nats::ensure_streams`, with the limits of `SB_NATS_*`), optionally sets the RUNS
+//! stream's duplicate window (`--dedup-window-secs`), then publishes `--count` accepted runs with
+//! `--concurrency` in flight, awaiting every ack, in one of three layouts:
+//!
+//! - `queue` (what the runs service does since issue 12): every run on the one RUNS queue
+//!   subject with its run key as message id, published by the service's own
+//!   `platform::nats::publish_run`;
+//! - `per-run` (what it did before): every run on its own subject
+//!   (`<prefix>.runs.accepted.<owner>.<runId>.<threadId>`, each a 128-bit hex digest), message id
+//!   the three digests, `Nats-Expected-Last-Subject-Sequence: 0`;
+//! - `per-thread` (a candidate): `--runs-per-thread` consecutive runs share one subject per
+//!   `(owner, thread)`, message id per run.
+//!
+//! Every message is a real `RunTask::V1` of a run parsed as the service parses it; `--text-bytes`
+//! pads the user text so messages have the size of real conversations (2,200 B by default, the
+//! size the issue measured). Stops after `--count` or `--max-seconds`; prints one JSON line with
+//! the count, the rate and the publish-to-ack latency. `--mode cleanup` deletes the prefix's
+//! streams instead.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use futures::StreamExt as _;
+use hdrhistogram::Histogram;
+use platform::nats::NatsConfig;
+use protocol::messaging::{Names, RunTask, digest};
+use serde_json::json;
+use switchboard_bench::{Args, accepted_run};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Queue,
+    PerRun,
+    PerThread,
+}
+
+struct Settings {
+    names: Names,
+    layout: Layout,
+    count: u64,
+    first: u64,
+    runs_per_thread: u64,
+    concurrency: usize,
+    max_time: Duration,
+    text: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::from_process()?;
+    let prefix = args
+        .get("prefix", "BENCH_NATS_PREFIX")
+        .context("--prefix is required")?;
+    let url = args
+        .get("nats-url", "SB_NATS_URL")
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+    let layout = match args
+        .get("layout", "BENCH_LAYOUT")
+        .unwrap_or_else(|| "queue".to_owned())
+        .as_str()
+    {
+        "queue" => Layout::Queue,
+        "per-run" => Layout::PerRun,
+        "per-thread" => Layout::PerThread,
+        other => anyhow::bail!("--layout {other:?}: use queue, per-run or per-thread"),
+    };
+    let text_bytes: usize = args.parsed("text-bytes", "BENCH_TEXT_BYTES", 2_000)?;
+    let settings = Settings {
+        names: Names::new(&prefix)?,
+        layout,
+        count: args.parsed("count", "BENCH_COUNT", 100_000_u64)?,
+        first: args.parsed("first", "BENCH_FIRST", 0_u64)?,
+        runs_per_thread: args
+            .parsed("runs-per-thread", "BENCH_RUNS_PER_THREAD", 10_u64)?
+            .max(1),
+        concurrency: args
+            .parsed("concurrency", "BENCH_CONCURRENCY", 64_usize)?
+            .max(1),
+        max_time: Duration::from_secs_f64(args.parsed(
+            "max-seconds",
+            "BENCH_MAX_SECONDS",
+            1800.0,
+        )?),
+        text: "x".repeat(text_bytes),
+    };
+    let config = NatsConfig {
+        url,
+        names: settings.names.clone(),
+        limits: platform::config::Env::from_process().nats()?.limits,
+        credentials: platform::nats_auth::NatsCredentials::default(),
+    };
+    let (_client, js) = platform::nats::connect(&config, "bench-broker-fill").await?;
+    if args.get("mode", "BENCH_MODE").as_deref() == Some("cleanup") {
+        for stream in [
+            settings.names.runs_stream(),
+            settings.names.run_events_stream(),
+        ] {
+            let _ = js.delete_stream(&stream).await;
+        }
+        writeln!(std::io::stdout().lock(), "{}", json!({"deleted": prefix}))?;
+        return Ok(());
+    }
+    platform::nats::ensure_streams(&js, &config).await?;
+    if let Some(secs) = args.get("dedup-window-secs", "BENCH_DEDUP_WINDOW_SECS") {
+        let secs: f64 = secs.parse().context("--dedup-window-secs")?;
+        let mut stream = js.get_stream(settings.names.runs_stream()).await?;
+        let mut config = stream.info().await?.config.clone();
+        config.duplicate_window = Duration::from_secs_f64(secs);
+        js.update_stream(config).await?;
+    }
+
+    let started = Instant::now();
+    let deadline = started + settings.max_time;
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let (mut published, mut errors, mut first_error, mut bytes) = (0_u64, 0_u64, None, 0_usize);
+    let mut results = futures::stream::iter(settings.first..settings.first + settings.count)
+        .take_while(|_| std::future::ready(Instant::now() < deadline))
+        .map(|i| publish_one(&js, &settings, i))
+        .buffer_unordered(settings.concurrency);
+    while let Some(result) = results.next().await {
+        match result {
+            Ok((took, size)) => {
+                published += 1;
+                bytes = size;
+                let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                latency.saturating_record(micros.max(1));
+            }
+            Err(err) => {
+                errors += 1;
+                first_error.get_or_insert_with(|| format!("{err:#}"));
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let ms = |micros: u64| micros as f64 / 1000.0;
+    let line = json!({
+        "target": "broker-fill",
+        "layout": args.get("layout", "BENCH_LAYOUT").unwrap_or_else(|| "queue".to_owned()),
+        "prefix": prefix,
+        "published": published,
+        "errors": errors,
+        "first_error": first_error,
+        "payload_bytes": bytes,
+        "seconds": elapsed,
+        "rate_per_s": published as f64 / elapsed,
+        "p50_ms": ms(latency.value_at_quantile(0.50)),
+        "p99_ms": ms(latency.value_at_quantile(0.99)),
+    });
+    writeln!(std::io::stdout().lock(), "{line}")?;
+    anyhow::ensure!(errors == 0, "{errors} publishes failed");
+    Ok(())
+}
+
+/// Publishes run number `i` in the settings' layout; returns the publish-to-ack latency and the
+/// message size.
+async fn publish_one(
+    js: &jetstream::Context,
+    settings: &Settings,
+    i: u64,
+) -> anyhow::Result<(Duration, usize)> {
+    let owner = format!("owner-{}", i % 1000);
+    let mut task = accepted_run(&owner, &format!("run-{i}"), "-")?;
+    // Thread ids are fixed per i / runs_per_thread, so the per-thread layout shares them.
+    let thread = Uuid::from_u64_pair(0x5b, i / settings.runs_per_thread).to_string();
+    task.input.thread_id.clone_from(&thread);
+    if let Some(protocol::run_input::Message::User(user)) = task.input.messages.first_mut() {
+        user.content = protocol::run_input::UserContent::Text(settings.text.clone());
+    }
+    let run_id = task.input.run_id.clone();
+    let size = serde_json::to_vec(&RunTask::V1(task.clone()))?.len();
+    let sent = Instant::now();
+    if settings.layout == Layout::Queue {
+        let published = platform::nats::publish_run(js, &settings.names, &task).await?;
+        anyhow::ensure!(
+            matches!(published, platform::nats::Published::New(_)),
+            "JetStream took a benchmark run for a duplicate"
+        );
+        return Ok((sent.elapsed(), size));
+    }
+    let short = |part: &str| digest(&[part])[..32].to_owned();
+    let (subject, msg_id, expect_empty) = if settings.layout == Layout::PerRun {
+        let ids = format!("{}.{}.{}", short(&owner), short(&run_id), short(&thread));
+        let subject = format!("{}.runs.accepted.{ids}", settings.names.prefix());
+        (subject, ids, true)
+    } else {
+        let token = digest(&[&owner, &thread])[..32].to_owned();
+        let subject = format!("{}.runs.accepted.{token}", settings.names.prefix());
+        (subject, digest(&[&owner, &thread, &run_id]), false)
+    };
+    let mut headers = platform::nats::publish_headers(&msg_id);
+    if expect_empty {
+        headers.insert("Nats-Expected-Last-Subject-Sequence", "0");
+    }
+    let payload = serde_json::to_vec(&RunTask::V1(task))?;
+    let ack = js
+        .publish_with_headers(subject, headers, payload.into())
+        .await?
+        .await?;
+    anyhow::ensure!(
+        !ack.duplicate,
+        "JetStream took a benchmark run for a duplicate"
+    );
+    Ok((sent.elapsed(), size))
+}
