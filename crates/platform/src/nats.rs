@@ -299,7 +299,9 @@ pub async fn ensure_run_buckets(
         .await
     };
     Ok(RunBuckets {
-        run_status: open(names.run_status_bucket(), limits.runs_max_age).await?,
+        // A status record lives as long as the run's events (history keeps every run's status
+        // for good): a key per run for 7 days was ~550 bytes of broker memory per run.
+        run_status: open(names.run_status_bucket(), limits.events_max_age).await?,
         thread_locks: open(names.thread_locks_bucket(), limits.events_max_age).await?,
         prompts: open(names.prompts_bucket(), limits.runs_max_age).await?,
         prompt_deadlines: open(names.prompt_deadlines_bucket(), limits.runs_max_age).await?,
@@ -527,6 +529,39 @@ impl JsonKv {
         }
     }
 
+    /// The value most recently written under any key matching `pattern` (one `*` token), if
+    /// the latest write there is a value (not a delete).
+    pub async fn last_matching<T: serde::de::DeserializeOwned>(
+        &self,
+        pattern: &str,
+    ) -> anyhow::Result<Option<T>> {
+        use stream::LastRawMessageErrorKind;
+        let subject = format!("{}{pattern}", self.store.prefix);
+        match self
+            .store
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            Ok(message) => {
+                let deleted = message
+                    .headers
+                    .get("KV-Operation")
+                    .is_some_and(|op| op.as_str() != "PUT");
+                if deleted || message.payload.is_empty() {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    serde_json::from_slice(&message.payload).with_context(|| {
+                        format!("KV value under {pattern} is not what this version expects")
+                    })?,
+                ))
+            }
+            Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// Deletes `key` if its revision is still `revision`; a moved-on key is left alone.
     pub async fn delete_at(&self, key: &str, revision: u64) -> anyhow::Result<()> {
         match self.store.delete_expect_revision(key, Some(revision)).await {
@@ -598,6 +633,9 @@ pub struct ThreadLock {
     /// The holding run's key ([`protocol::messaging::run_key`]).
     #[serde(default)]
     pub run_key: String,
+    /// The key of the holding run's status record ([`protocol::messaging::status_key`]).
+    #[serde(default)]
+    pub status_key: String,
     /// Whether the holding task is in the RUNS stream (claimed by the worker, or marked by the
     /// runs service once JetStream acknowledged it).
     #[serde(default)]
@@ -621,22 +659,22 @@ pub enum Claim {
 }
 
 impl RunBuckets {
-    /// Takes the lock of `(owner, thread_id)` for `task_id` of the run `run_key`; `published`:
-    /// its task is in the RUNS stream already (the worker's claim). A lock held by a run that
-    /// ended (or whose task never reached the stream) is taken over.
+    /// Takes the lock of the task's `(owner, threadId)` for it; `published`: the task is in the
+    /// RUNS stream already (the worker's claim). A lock held by a run that ended (or whose task
+    /// never reached the stream) is taken over.
     pub async fn claim_thread(
         &self,
-        owner: &str,
-        thread_id: &str,
-        task_id: uuid::Uuid,
-        run_key: &str,
+        task: &protocol::messaging::RunTaskV1,
         published: bool,
     ) -> anyhow::Result<Claim> {
-        use protocol::messaging::thread_lock_key;
+        use protocol::messaging::{run_key, status_key, thread_lock_key};
+        let (owner, thread_id, task_id) = (&task.owner, &task.input.thread_id, task.task_id);
+        let run_key = run_key(owner, thread_id, &task.input.run_id);
         let key = thread_lock_key(owner, thread_id);
         let mine = ThreadLock {
             task_id,
-            run_key: run_key.to_owned(),
+            run_key: run_key.clone(),
+            status_key: status_key(owner, &task.input.run_id, task_id),
             published,
             claimed_at: chrono::Utc::now(),
         };
@@ -668,11 +706,12 @@ impl RunBuckets {
     }
 
     async fn holds_active(&self, holder: &ThreadLock) -> anyhow::Result<bool> {
-        use protocol::messaging::{RunStatusRecord, status_key};
-        if let Some((record, _)) = self
-            .run_status
-            .get::<RunStatusRecord>(&status_key(holder.task_id))
-            .await?
+        use protocol::messaging::RunStatusRecord;
+        if !holder.status_key.is_empty()
+            && let Some((record, _)) = self
+                .run_status
+                .get::<RunStatusRecord>(&holder.status_key)
+                .await?
         {
             return Ok(!record.status.is_terminal());
         }

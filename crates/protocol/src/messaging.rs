@@ -229,9 +229,15 @@ pub struct RunStatusRecord {
     pub alive_at: Option<DateTime<Utc>>,
 }
 
-/// Key of a task's status record.
-pub fn status_key(task_id: Uuid) -> String {
-    format!("task.{task_id}")
+/// Key of a task's status record: `run.<digest of owner and run id>.<task id>`, so the owner's
+/// runs with one run id are found by [`status_pattern`] without any other index.
+pub fn status_key(owner: &str, run_id: &str, task_id: Uuid) -> String {
+    format!("run.{}.{task_id}", &digest(&[owner, run_id])[..32])
+}
+
+/// The keys of every status record of the owner's runs with `run_id` (any thread).
+pub fn status_pattern(owner: &str, run_id: &str) -> String {
+    format!("run.{}.*", &digest(&[owner, run_id])[..32])
 }
 
 /// A fixed-length digest of several fields, each length-prefixed so boundaries cannot shift.
@@ -437,6 +443,10 @@ mod tests {
         assert_ne!(key, run_key("alice", "t1", "r2"));
         assert_ne!(key, run_key("bob", "t1", "r1"));
         assert_ne!(run_key("a", "bt", "r"), run_key("ab", "t", "r"));
+        let task = Uuid::now_v7();
+        let pattern = status_pattern("alice", "r1");
+        assert!(status_key("alice", "r1", task).starts_with(pattern.trim_end_matches('*')));
+        assert!(!status_key("bob", "r1", task).starts_with(pattern.trim_end_matches('*')));
         let names = Names::new("p").unwrap_or_else(|_| unreachable!());
         assert!(
             names

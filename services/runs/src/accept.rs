@@ -17,7 +17,7 @@
 use async_nats::jetstream;
 use chrono::Utc;
 use platform::nats::{Claim, Published, RunBuckets};
-use protocol::messaging::{Names, Resumed, RunTaskV1, run_key};
+use protocol::messaging::{Names, Resumed, RunTaskV1};
 use protocol::metadata::AttachedFile;
 use protocol::{RunAgentInput, TaskAcceptedResponse};
 use uuid::Uuid;
@@ -107,12 +107,8 @@ impl Acceptor {
         let thread_id = task.input.thread_id.as_str();
         let reject = self.policy == ActiveRunPolicy::Reject;
         if reject {
-            let key = run_key(owner, thread_id, &task.input.run_id);
             // A retry of the holder's own run is not "busy": JetStream recognises it below.
-            let claim = self
-                .buckets
-                .claim_thread(owner, thread_id, task.task_id, &key, false)
-                .await?;
+            let claim = self.buckets.claim_thread(&task, false).await?;
             if claim == Claim::Busy {
                 return Err(AcceptError::ThreadBusy);
             }

@@ -11,7 +11,7 @@ use chrono::Utc;
 use platform::nats::{Created, RunBuckets, task_at};
 use protocol::messaging::{
     Names, RunLookupReply, RunLookupRequest, RunRecord, RunStatus, RunStatusRecord, RunTaskV1,
-    status_key,
+    status_key, status_pattern,
 };
 use protocol::run_input::RunStatusResponse;
 
@@ -100,24 +100,41 @@ impl RunDirectory {
         Ok(task.filter(|t| t.owner == owner && t.input.run_id == run_id))
     }
 
+    /// The caller's run with this id: from history, or, while history cannot answer (down or
+    /// behind), from the live status record of the owner's run with that id a worker wrote
+    /// last (runs no worker has touched then answer 503).
+    async fn locate(&self, owner: &str, run_id: &str) -> anyhow::Result<Option<RunStatusRecord>> {
+        match self.lookup(owner, run_id).await {
+            Ok(None) => Ok(None),
+            Ok(Some(run)) => {
+                let key = status_key(owner, run_id, run.task_id);
+                let live = self.buckets.run_status.get::<RunStatusRecord>(&key).await?;
+                Ok(Some(live.map_or_else(
+                    || untouched(owner, run_id, &run),
+                    |(record, _)| record,
+                )))
+            }
+            Err(err) => {
+                let pattern = status_pattern(owner, run_id);
+                let Some(live) = self.buckets.run_status.last_matching(&pattern).await? else {
+                    return Err(err);
+                };
+                tracing::warn!(
+                    error = format!("{err:#}"),
+                    "run found by its live status only"
+                );
+                Ok(Some(live))
+            }
+        }
+    }
+
     /// The status of the caller's run.
     pub(crate) async fn find(
         &self,
         owner: &str,
         run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
-        let Some(run) = self.lookup(owner, run_id).await? else {
-            return Ok(None);
-        };
-        let record = self
-            .buckets
-            .run_status
-            .get::<RunStatusRecord>(&status_key(run.task_id))
-            .await?
-            .map(|(record, _)| record);
-        Ok(Some(
-            record.unwrap_or_else(|| untouched(owner, run_id, &run)),
-        ))
+        self.locate(owner, run_id).await
     }
 
     /// Cancels the caller's run: a queued run ends cancelled at once; a running one is asked to
@@ -127,22 +144,22 @@ impl RunDirectory {
         owner: &str,
         run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
-        let Some(run) = self.lookup(owner, run_id).await? else {
+        let Some(current) = self.locate(owner, run_id).await? else {
             return Ok(None);
         };
-        let key = status_key(run.task_id);
-        let now = Utc::now();
-        if run.status.is_terminal() {
-            return self.find(owner, run_id).await; // ended: nothing to cancel
+        if current.status.is_terminal() {
+            return Ok(Some(current)); // ended: nothing to cancel
         }
+        let key = status_key(owner, run_id, current.task_id);
+        let now = Utc::now();
         let cancelled = RunStatusRecord {
             status: RunStatus::Cancelled,
             updated_at: now,
-            ..untouched(owner, run_id, &run)
+            ..current
         };
         // Not started yet: the cancel creates the record, and the worker will find it.
         if self.buckets.run_status.create(&key, &cancelled).await? != Created::Exists {
-            tracing::info!(task.id = %run.task_id, "queued run cancelled");
+            tracing::info!(task.id = %cancelled.task_id, "queued run cancelled");
             return Ok(Some(cancelled));
         }
         let updated = self

@@ -17,7 +17,7 @@ use protocol::interaction::{
 };
 use protocol::messaging::{
     Names, RunEventMessage, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER,
-    run_key, status_key,
+    status_key,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -398,7 +398,7 @@ impl RunConsumer {
                                 "progress heartbeat failed",
                             );
                         }
-                        self.beat(task.task_id).await;
+                        self.beat(&task).await;
                     }
                 }
             }
@@ -434,7 +434,7 @@ impl RunConsumer {
     /// One run: claim its thread, mark it running, run the agent between `RUN_STARTED` and a
     /// terminal event, record the outcome, release the thread. Fails only when NATS does.
     async fn process(&self, task: &RunTaskV1) -> anyhow::Result<Processed> {
-        let key = status_key(task.task_id);
+        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
         let record = self
             .buckets
             .run_status
@@ -448,11 +448,7 @@ impl RunConsumer {
         }
         let (owner, thread_id) = (task.owner.as_str(), task.input.thread_id.as_str());
         if status != Some(RunStatus::Cancelled) {
-            let key = run_key(owner, thread_id, &task.input.run_id);
-            let claim = self
-                .buckets
-                .claim_thread(owner, thread_id, task.task_id, &key, true)
-                .await?;
+            let claim = self.buckets.claim_thread(task, true).await?;
             if claim != Claim::Claimed {
                 return Ok(Processed::ThreadBusy);
             }
@@ -470,7 +466,7 @@ impl RunConsumer {
             let end = self.end_lost_run(task).await?;
             metrics::counter!("switchboard_runs_finished_total", "outcome" => "worker_lost")
                 .increment(1);
-            self.set_status(task.task_id, end.status, end.error).await?;
+            self.set_status(task, end.status, end.error).await?;
             self.buckets
                 .release_thread(owner, thread_id, task.task_id)
                 .await?;
@@ -491,7 +487,7 @@ impl RunConsumer {
         let end = outcome?;
         metrics::counter!("switchboard_runs_finished_total", "outcome" => outcome_label(end.status))
             .increment(1);
-        self.set_status(task.task_id, end.status, end.error).await?;
+        self.set_status(task, end.status, end.error).await?;
         self.buckets
             .release_thread(owner, thread_id, task.task_id)
             .await?;
@@ -583,7 +579,7 @@ impl RunConsumer {
         token: &CancellationToken,
     ) -> anyhow::Result<()> {
         let now = Utc::now();
-        let key = status_key(task.task_id);
+        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
         let running = RunStatusRecord {
             task_id: task.task_id,
             owner: task.owner.clone(),
@@ -731,13 +727,14 @@ impl RunConsumer {
         here || alive_at.is_some_and(|at| Utc::now() - at < ack_wait)
     }
 
-    /// Records that the run `task_id` is alive on this replica (see [`Self::still_running`]).
-    async fn beat(&self, task_id: Uuid) {
+    /// Records that the run of `task` is alive on this replica (see [`Self::still_running`]).
+    async fn beat(&self, task: &RunTaskV1) {
         let now = Utc::now();
+        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
         let beat = self
             .buckets
             .run_status
-            .modify::<RunStatusRecord, _>(&status_key(task_id), |r| {
+            .modify::<RunStatusRecord, _>(&key, |r| {
                 (r.status == RunStatus::Running).then(|| RunStatusRecord {
                     alive_at: Some(now),
                     ..r.clone()
@@ -746,7 +743,7 @@ impl RunConsumer {
             .await;
         if let Err(err) = beat {
             tracing::warn!(
-                task.id = %task_id,
+                task.id = %task.task_id,
                 error = format!("{err:#}"),
                 "heartbeat not recorded",
             );
@@ -755,14 +752,15 @@ impl RunConsumer {
 
     async fn set_status(
         &self,
-        task_id: Uuid,
+        task: &RunTaskV1,
         status: RunStatus,
         error: Option<String>,
     ) -> anyhow::Result<()> {
         let now = Utc::now();
+        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
         self.buckets
             .run_status
-            .modify::<RunStatusRecord, _>(&status_key(task_id), |r| {
+            .modify::<RunStatusRecord, _>(&key, |r| {
                 (r.status != status).then(|| RunStatusRecord {
                     status,
                     cancel_requested: false,
