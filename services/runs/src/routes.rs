@@ -300,7 +300,7 @@ async fn chat(
     if let Some(object) = value.as_object_mut() {
         object.insert("type".to_owned(), "chat".into());
     }
-    let inbound = protocol::ws::parse_inbound(&value.to_string()).map_err(|err| {
+    let inbound = protocol::ws::parse_inbound_value(value).map_err(|err| {
         ApiError::Invalid(Violation {
             kind: ViolationKind::Rule,
             field: err.details,
