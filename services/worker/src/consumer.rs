@@ -7,18 +7,15 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, AckKind, consumer::pull};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use platform::nats::{Claim, Created, RunBuckets};
+use platform::nats::Claim;
 use protocol::agui::Event;
 use protocol::interaction::{
     DEFAULT_PROMPT_ERROR, INTERACTION_TIMEOUT_EVENT, Prompt, PromptOutcome, PromptRecord,
-    PromptStatus, prompt_key,
+    PromptStatus,
 };
-use protocol::messaging::{
-    Names, RunEventMessage, RunStatus, RunStatusRecord, RunTask, RunTaskV1, WORKER_CONSUMER,
-    status_key,
-};
+use protocol::messaging::{Names, RunEventMessage, RunStatus, RunTask, RunTaskV1, WORKER_CONSUMER};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -27,6 +24,7 @@ use crate::agent::ModelInput;
 use crate::attachments::AttachmentReader;
 use crate::registry::AgentSet;
 use crate::sink::EventSink;
+use crate::store::{RunEnd, RunStore, Started};
 
 /// How soon a run waiting for its thread (policy `enqueue`) is offered again.
 const THREAD_BUSY_DELAY: Duration = Duration::from_millis(250);
@@ -51,11 +49,13 @@ pub(crate) struct Capacity {
 /// Cancellation tokens of the runs this replica is running, by task id.
 type Running = Arc<Mutex<HashMap<Uuid, CancellationToken>>>;
 
+/// Pulls accepted runs and takes each through its lifecycle (see [`RunConsumer::run`]).
 pub(crate) struct RunConsumer {
     js: jetstream::Context,
     client: async_nats::Client,
     names: Names,
-    buckets: RunBuckets,
+    /// The run lifecycle's KV records: status, thread locks, prompts.
+    store: RunStore,
     consumer: jetstream::consumer::Consumer<pull::Config>,
     /// The RUN_EVENTS stream (read when ending a lost run).
     events: jetstream::stream::Stream,
@@ -159,15 +159,33 @@ fn output_violation(
     }
 }
 
-/// How a run ended: its final status and, when it failed, why (safe to show).
-struct RunEnd {
-    status: RunStatus,
-    error: Option<String>,
-}
-
-impl RunEnd {
-    fn new(status: RunStatus, error: Option<String>) -> Self {
-        Self { status, error }
+/// The record of the prompt `task`'s agent asked at `now`: pending, answerable until its
+/// timeout, and answering the run's last user message (the run itself when it has none). Its
+/// id comes from the task, so a redelivered run asks the same prompt, not a second one.
+fn pending_prompt(task: &RunTaskV1, prompt: Prompt, now: DateTime<Utc>) -> PromptRecord {
+    let parent_id = task
+        .input
+        .messages
+        .iter()
+        .rev()
+        .find(|m| matches!(m, protocol::run_input::Message::User(_)))
+        .map_or_else(|| task.input.run_id.clone(), |m| m.id().to_owned());
+    PromptRecord {
+        prompt_id: format!("{}-prompt", task.task_id),
+        task_id: task.task_id,
+        owner: task.owner.clone(),
+        thread_id: task.input.thread_id.clone(),
+        run_id: task.input.run_id.clone(),
+        parent_id,
+        expires_at: prompt
+            .timeout
+            .map(|secs| now + chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX))),
+        prompt,
+        created_at: now,
+        status: PromptStatus::Pending,
+        answer: None,
+        continuation_run_id: None,
+        agent: task.agent.clone(),
     }
 }
 
@@ -193,6 +211,8 @@ enum Processed {
 }
 
 impl RunConsumer {
+    /// Opens the lifecycle buckets, registers the agents' cards and creates (or updates) the
+    /// durable consumer of the RUNS stream.
     pub(crate) async fn new(
         client: async_nats::Client,
         js: jetstream::Context,
@@ -203,9 +223,9 @@ impl RunConsumer {
         ack_wait: Duration,
     ) -> anyhow::Result<Self> {
         let names = nats.names.clone();
-        let buckets = platform::nats::ensure_run_buckets(&js, nats).await?;
-        agents
-            .register(&buckets.agents)
+        let store = RunStore::open(&js, nats).await?;
+        store
+            .register_agents(&agents)
             .await
             .context("cannot register the agents")?;
         let stream = js.get_stream(names.runs_stream()).await?;
@@ -226,7 +246,7 @@ impl RunConsumer {
             js,
             client,
             names,
-            buckets,
+            store,
             consumer,
             events,
             agents,
@@ -238,6 +258,7 @@ impl RunConsumer {
         })
     }
 
+    /// Consumes runs until `shutdown`, then lets the running ones finish within the drain.
     pub(crate) async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         // Subscribe to cancels before pulling, so no cancel of a run we start can be missed.
         let cancels = self
@@ -248,7 +269,7 @@ impl RunConsumer {
         let sweeper = tokio::spawn(crate::deadlines::sweep(
             self.js.clone(),
             self.names.clone(),
-            self.buckets.clone(),
+            self.store.clone(),
             shutdown.clone(),
         ));
         let lag = platform::metrics::watch_consumer_lag(
@@ -434,21 +455,14 @@ impl RunConsumer {
     /// One run: claim its thread, mark it running, run the agent between `RUN_STARTED` and a
     /// terminal event, record the outcome, release the thread. Fails only when NATS does.
     async fn process(&self, task: &RunTaskV1) -> anyhow::Result<Processed> {
-        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
-        let record = self
-            .buckets
-            .run_status
-            .get::<RunStatusRecord>(&key)
-            .await?
-            .map(|(r, _)| r);
+        let record = self.store.status_of(task).await?;
         let alive_at = record.as_ref().and_then(|r| r.alive_at);
         let status = record.map(|r| r.status);
         if matches!(status, Some(RunStatus::Completed | RunStatus::Failed)) {
             return Ok(Processed::Done); // finished before a redelivery
         }
-        let (owner, thread_id) = (task.owner.as_str(), task.input.thread_id.as_str());
         if status != Some(RunStatus::Cancelled) {
-            let claim = self.buckets.claim_thread(task, true).await?;
+            let claim = self.store.claim_thread(task).await?;
             if claim != Claim::Claimed {
                 return Ok(Processed::ThreadBusy);
             }
@@ -466,10 +480,8 @@ impl RunConsumer {
             let end = self.end_lost_run(task).await?;
             metrics::counter!("switchboard_runs_finished_total", "outcome" => "worker_lost")
                 .increment(1);
-            self.set_status(task, end.status, end.error).await?;
-            self.buckets
-                .release_thread(owner, thread_id, task.task_id)
-                .await?;
+            self.store.finish(task, &end).await?;
+            self.store.release_thread(task).await?;
             return Ok(Processed::Done);
         }
         let token = CancellationToken::new();
@@ -487,10 +499,8 @@ impl RunConsumer {
         let end = outcome?;
         metrics::counter!("switchboard_runs_finished_total", "outcome" => outcome_label(end.status))
             .increment(1);
-        self.set_status(task, end.status, end.error).await?;
-        self.buckets
-            .release_thread(owner, thread_id, task.task_id)
-            .await?;
+        self.store.finish(task, &end).await?;
+        self.store.release_thread(task).await?;
         Ok(Processed::Done)
     }
 
@@ -499,7 +509,10 @@ impl RunConsumer {
         task: &RunTaskV1,
         token: CancellationToken,
     ) -> anyhow::Result<RunEnd> {
-        self.mark_running(task, &token).await?;
+        // A cancel that reached the run before its worker did stops the agent before it starts.
+        if self.store.mark_running(task).await? == Started::Cancelled {
+            token.cancel();
+        }
         let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone());
         sink.finish(Event::RunStarted {
             thread_id: task.input.thread_id.clone(),
@@ -571,37 +584,6 @@ impl RunConsumer {
         }
     }
 
-    /// Creates the run's status record (running), unless a cancel created it first: then the
-    /// run starts cancelled.
-    async fn mark_running(
-        &self,
-        task: &RunTaskV1,
-        token: &CancellationToken,
-    ) -> anyhow::Result<()> {
-        let now = Utc::now();
-        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
-        let running = RunStatusRecord {
-            task_id: task.task_id,
-            owner: task.owner.clone(),
-            thread_id: task.input.thread_id.clone(),
-            run_id: task.input.run_id.clone(),
-            status: RunStatus::Running,
-            cancel_requested: false,
-            created: task.accepted_at,
-            updated_at: now,
-            error: None,
-            alive_at: Some(now),
-        };
-        if self.buckets.run_status.create(&key, &running).await? == Created::Exists {
-            let existing = self.buckets.run_status.get::<RunStatusRecord>(&key).await?;
-            if existing.is_some_and(|(r, _)| r.cancel_requested || r.status == RunStatus::Cancelled)
-            {
-                token.cancel();
-            }
-        }
-        Ok(())
-    }
-
     /// The user message's files, read (bounded per file) before the agent runs; a cancel
     /// stops waiting.
     async fn read_attachments(
@@ -632,47 +614,12 @@ impl RunConsumer {
         if let Err(reason) = prompt.validate() {
             anyhow::bail!("the agent asked an invalid prompt: {reason}");
         }
-        let now = Utc::now();
-        let parent_id = task
-            .input
-            .messages
-            .iter()
-            .rev()
-            .find(|m| matches!(m, protocol::run_input::Message::User(_)))
-            .map_or_else(|| task.input.run_id.clone(), |m| m.id().to_owned());
-        let record = PromptRecord {
-            prompt_id: format!("{}-prompt", task.task_id),
-            task_id: task.task_id,
-            owner: task.owner.clone(),
-            thread_id: task.input.thread_id.clone(),
-            run_id: task.input.run_id.clone(),
-            parent_id,
-            expires_at: prompt.timeout.map(|secs| {
-                now + chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX))
-            }),
-            prompt,
-            created_at: now,
-            status: PromptStatus::Pending,
-            answer: None,
-            continuation_run_id: None,
-            agent: task.agent.clone(),
-        };
-        let key = prompt_key(&record.prompt_id);
-        let record = match self.buckets.prompts.create(&key, &record).await? {
-            Created::Created(_) => record,
-            Created::Exists => self
-                .buckets
-                .prompts
-                .get::<PromptRecord>(&key)
-                .await?
-                .map(|(r, _)| r)
-                .ok_or_else(|| anyhow::anyhow!("prompt {key} vanished"))?,
-        };
+        let record = self
+            .store
+            .save_prompt(pending_prompt(task, prompt, Utc::now()))
+            .await?;
         if record.expires_at.is_some() && record.status == PromptStatus::Pending {
-            self.buckets
-                .prompt_deadlines
-                .put(&key, &record.expires_at)
-                .await?;
+            self.store.set_deadline(&record).await?;
         }
         tracing::info!(prompt.id = %record.prompt_id, "run stopped on a prompt");
         Ok(serde_json::json!({"type": "interrupt", "interrupts": [record.interrupt()]}))
@@ -718,7 +665,7 @@ impl RunConsumer {
 
     /// Whether the run `task_id` is alive: this replica runs it, or its worker's last
     /// heartbeat is younger than an ack wait.
-    fn still_running(&self, task_id: Uuid, alive_at: Option<chrono::DateTime<Utc>>) -> bool {
+    fn still_running(&self, task_id: Uuid, alive_at: Option<DateTime<Utc>>) -> bool {
         let here = self
             .running
             .lock()
@@ -727,21 +674,10 @@ impl RunConsumer {
         here || alive_at.is_some_and(|at| Utc::now() - at < ack_wait)
     }
 
-    /// Records that the run of `task` is alive on this replica (see [`Self::still_running`]).
+    /// Records that the run of `task` is alive on this replica (see [`Self::still_running`]);
+    /// a heartbeat that fails is only logged: the next one may make it.
     async fn beat(&self, task: &RunTaskV1) {
-        let now = Utc::now();
-        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
-        let beat = self
-            .buckets
-            .run_status
-            .modify::<RunStatusRecord, _>(&key, |r| {
-                (r.status == RunStatus::Running).then(|| RunStatusRecord {
-                    alive_at: Some(now),
-                    ..r.clone()
-                })
-            })
-            .await;
-        if let Err(err) = beat {
+        if let Err(err) = self.store.heartbeat(task).await {
             tracing::warn!(
                 task.id = %task.task_id,
                 error = format!("{err:#}"),
@@ -749,27 +685,72 @@ impl RunConsumer {
             );
         }
     }
+}
 
-    async fn set_status(
-        &self,
-        task: &RunTaskV1,
-        status: RunStatus,
-        error: Option<String>,
-    ) -> anyhow::Result<()> {
-        let now = Utc::now();
-        let key = status_key(&task.owner, &task.input.run_id, task.task_id);
-        self.buckets
-            .run_status
-            .modify::<RunStatusRecord, _>(&key, |r| {
-                (r.status != status).then(|| RunStatusRecord {
-                    status,
-                    cancel_requested: false,
-                    updated_at: now,
-                    error: error.clone(),
-                    ..r.clone()
-                })
-            })
-            .await?;
-        Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn task(messages: serde_json::Value) -> RunTaskV1 {
+        serde_json::from_value(json!({
+            "task_id": "0190c3a0-0000-7000-8000-000000000001",
+            "owner": "user-1",
+            "accepted_at": "2025-01-01T00:00:00Z",
+            "input": {"threadId": "th", "runId": "r1", "messages": messages},
+            "agent": "echo",
+        }))
+        .unwrap()
+    }
+
+    fn prompt(timeout: Option<u64>) -> Prompt {
+        serde_json::from_value(json!({
+            "input_type": "text", "text": "Which file?", "required": true,
+            "timeout": timeout, "error": "too late",
+        }))
+        .unwrap()
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_750_000_000, 0).unwrap()
+    }
+
+    #[test]
+    fn a_prompt_is_pending_under_an_id_of_its_task_and_answers_the_last_user_message() {
+        let task = task(json!([
+            {"role": "user", "id": "u1", "content": "first"},
+            {"role": "assistant", "id": "a1", "content": "ok"},
+            {"role": "user", "id": "u2", "content": "second"},
+            {"role": "assistant", "id": "a2", "content": "ok"},
+        ]));
+        let record = pending_prompt(&task, prompt(Some(90)), now());
+        assert_eq!(record.prompt_id, format!("{}-prompt", task.task_id));
+        assert_eq!(record.task_id, task.task_id);
+        assert_eq!(record.owner, "user-1");
+        assert_eq!(record.thread_id, "th");
+        assert_eq!(record.run_id, "r1");
+        assert_eq!(
+            record.parent_id, "u2",
+            "the last user message is the parent"
+        );
+        assert_eq!(record.status, PromptStatus::Pending);
+        assert_eq!(record.created_at, now());
+        assert_eq!(
+            record.expires_at,
+            Some(now() + chrono::Duration::seconds(90))
+        );
+        assert_eq!(record.agent.as_deref(), Some("echo"));
+        assert_eq!(record.answer, None);
+        assert_eq!(record.continuation_run_id, None);
+    }
+
+    #[test]
+    fn a_prompt_without_a_timeout_never_expires_and_without_a_user_message_answers_the_run() {
+        let record = pending_prompt(&task(json!([])), prompt(None), now());
+        assert_eq!(record.expires_at, None);
+        assert_eq!(
+            record.parent_id, "r1",
+            "the run id stands in for a missing user message"
+        );
     }
 }

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use chrono::{DateTime, Utc};
-use platform::nats::RunBuckets;
 use protocol::interaction::{PromptOutcome, PromptRecord, PromptStatus};
 use protocol::messaging::{Names, Resumed, RunTaskV1};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use crate::store::{DeadlineChange, RunStore, StoredPrompt, Written};
 
 /// How soon a deadline whose enforcement failed (NATS unavailable) is tried again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -23,16 +24,12 @@ const RETRY: Duration = Duration::from_secs(1);
 pub(crate) async fn sweep(
     js: jetstream::Context,
     names: Names,
-    buckets: RunBuckets,
+    store: RunStore,
     shutdown: CancellationToken,
 ) {
     while !shutdown.is_cancelled() {
-        match buckets
-            .prompt_deadlines
-            .watch_all::<Option<DateTime<Utc>>>()
-            .await
-        {
-            Ok(changes) => follow(&js, &names, &buckets, changes, &shutdown).await,
+        match store.watch_deadlines().await {
+            Ok(changes) => follow(&js, &names, &store, changes, &shutdown).await,
             Err(err) => tracing::warn!(error = format!("{err:#}"), "cannot watch prompt deadlines"),
         }
         tokio::select! {
@@ -60,16 +57,26 @@ impl Queue {
         }
     }
 
-    fn earliest(&self) -> Option<(DateTime<Utc>, String)> {
-        self.by_time.first().cloned()
+    fn earliest(&self) -> Option<Due> {
+        self.by_time.first().map(|(at, key)| Due {
+            at: *at,
+            key: key.clone(),
+        })
     }
+}
+
+/// The earliest pending deadline: when it is due, and its prompt's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Due {
+    at: DateTime<Utc>,
+    key: String,
 }
 
 async fn follow(
     js: &jetstream::Context,
     names: &Names,
-    buckets: &RunBuckets,
-    changes: impl futures::Stream<Item = (String, Option<Option<DateTime<Utc>>>)>,
+    store: &RunStore,
+    changes: impl futures::Stream<Item = DeadlineChange>,
     shutdown: &CancellationToken,
 ) {
     use futures::StreamExt as _;
@@ -77,19 +84,19 @@ async fn follow(
     let mut queue = Queue::default();
     loop {
         let due = queue.earliest();
-        let wait = due.as_ref().map_or(Duration::from_secs(3600), |(at, _)| {
-            (*at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
+        let wait = due.as_ref().map_or(Duration::from_secs(3600), |due| {
+            (due.at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
         });
         tokio::select! {
             () = shutdown.cancelled() => return,
             change = changes.next() => match change {
-                Some((key, deadline)) => queue.set(key, deadline.flatten()),
+                Some(DeadlineChange { key, deadline }) => queue.set(key, deadline),
                 None => return, // the watch ended: the caller opens it again
             },
             () = tokio::time::sleep(wait), if due.is_some() => {
-                let Some((_, key)) = due else { continue };
+                let Some(Due { key, .. }) = due else { continue };
                 queue.set(key.clone(), None);
-                if let Err(err) = expire(js, names, buckets, &key).await {
+                if let Err(err) = expire(js, names, store, &key).await {
                     tracing::warn!(error = format!("{err:#}"), "prompt deadline not enforced yet");
                     queue.set(key, Some(Utc::now() + RETRY));
                 }
@@ -104,11 +111,11 @@ async fn follow(
 async fn expire(
     js: &jetstream::Context,
     names: &Names,
-    buckets: &RunBuckets,
+    store: &RunStore,
     key: &str,
 ) -> anyhow::Result<()> {
-    let Some((record, revision)) = buckets.prompts.get::<PromptRecord>(key).await? else {
-        buckets.prompt_deadlines.delete(key).await?;
+    let Some(StoredPrompt { record, revision }) = store.prompt_at(key).await? else {
+        store.drop_deadline(key).await?;
         return Ok(());
     };
     let record = match record.status {
@@ -118,12 +125,7 @@ async fn expire(
                 continuation_run_id: Some(format!("{}-timeout", record.prompt_id)),
                 ..record
             };
-            if buckets
-                .prompts
-                .update(key, &closed, revision)
-                .await?
-                .is_none()
-            {
+            if store.replace_prompt(key, &closed, revision).await? == Written::MovedOn {
                 return Ok(()); // answered meanwhile
             }
             closed
@@ -131,12 +133,12 @@ async fn expire(
         // Closed by a sweep that stopped before starting the continuation: start it now.
         PromptStatus::TimedOut => record,
         PromptStatus::Answered | PromptStatus::Cancelled => {
-            buckets.prompt_deadlines.delete(key).await?;
+            store.drop_deadline(key).await?;
             return Ok(());
         }
     };
     start_continuation(js, names, &record).await?;
-    buckets.prompt_deadlines.delete(key).await?;
+    store.drop_deadline(key).await?;
     tracing::info!(prompt.id = %record.prompt_id, "prompt timed out; the agent is told");
     Ok(())
 }

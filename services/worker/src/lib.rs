@@ -9,6 +9,7 @@ pub mod generated;
 pub mod openai;
 pub mod registry;
 pub mod sink;
+mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
