@@ -51,13 +51,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$NATS" -js -a 127.0.0.1 -p "$PORT" -sd "$STORE" >"$OUT/nats.log" 2>&1 &
+# JetStream reserves every stream's max_bytes against the server's store limit, which by default
+# follows the free disk; the runs (32 GiB) and the service's other streams need it stated.
+printf 'listen: 127.0.0.1:%s\njetstream { store_dir: "%s", max_file_store: 256GB, max_memory_store: 1GB }\n' \
+  "$PORT" "$STORE" >"$OUT/nats.conf"
+"$NATS" -c "$OUT/nats.conf" >"$OUT/nats.log" 2>&1 &
 NATS_PID=$!
 STARTED+=("$NATS_PID")
 wait_until "private nats-server" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT"
 
 # Limits that hold 10M runs of 2.2 KB (the services' defaults would refuse new runs at 8 GiB).
-export SB_NATS_URL="$URL" SB_NATS_PREFIX="$PREFIX" SB_NATS_RUNS_MAX_BYTES=$((64 << 30))
+export SB_NATS_URL="$URL" SB_NATS_PREFIX="$PREFIX" SB_NATS_RUNS_MAX_BYTES=$((32 << 30))
 rss_mb() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$NATS_PID/status"; }
 disk_mb() { du -sm "$STORE" | cut -f1; }
 

@@ -377,6 +377,14 @@ pub async fn publish_idempotent(
     .context("JetStream did not acknowledge the publish")
 }
 
+/// `RunTask::V1` of a borrowed task: the same JSON, without copying the task to publish it.
+#[derive(serde::Serialize)]
+#[serde(tag = "v")]
+enum RunTaskRef<'a> {
+    #[serde(rename = "1")]
+    V1(&'a protocol::messaging::RunTaskV1),
+}
+
 /// What [`publish_run`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {
@@ -398,7 +406,7 @@ pub async fn publish_run(
     task: &protocol::messaging::RunTaskV1,
 ) -> anyhow::Result<Published> {
     let key = protocol::messaging::run_key(&task.owner, &task.input.thread_id, &task.input.run_id);
-    let payload = serde_json::to_vec(&protocol::messaging::RunTask::V1(task.clone()))?;
+    let payload = serde_json::to_vec(&RunTaskRef::V1(task))?;
     let ack = js
         .publish_with_headers(
             names.run_queue_subject(),
@@ -753,5 +761,35 @@ impl RunBuckets {
             self.thread_locks.delete_at(&key, revision).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::messaging::{RunTask, RunTaskV1};
+
+    #[test]
+    fn a_borrowed_task_is_published_as_the_same_json_as_an_owned_one() {
+        let input = protocol::validate::parse_run_input(
+            br#"{"threadId":"550e8400-e29b-41d4-a716-446655440000","runId":"r1","messages":[{"id":"m1","role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
+        let task = RunTaskV1 {
+            task_id: uuid::Uuid::now_v7(),
+            owner: "alice".to_owned(),
+            accepted_at: chrono::Utc::now(),
+            input,
+            attachments: Vec::new(),
+            conversation: true,
+            resumed: None,
+            trace_id: Some("t".to_owned()),
+            agent: Some("echo".to_owned()),
+        };
+        let borrowed = serde_json::to_vec(&RunTaskRef::V1(&task)).unwrap();
+        let owned = serde_json::to_vec(&RunTask::V1(task.clone())).unwrap();
+        assert_eq!(borrowed, owned);
+        let RunTask::V1(back) = serde_json::from_slice(&borrowed).unwrap();
+        assert_eq!(back, task);
     }
 }

@@ -71,9 +71,22 @@ fn positive(env: &Env, name: &str, default: u32) -> Result<u32, ConfigError> {
     Ok(value)
 }
 
-/// Shared state of the handlers.
+/// Shared state of the handlers: one `Arc`, so the clone axum makes for every request is a
+/// reference count, not a copy of every NATS handle (the KV stores and streams carry their
+/// cached configuration: cloning them was a fifth of the service's CPU per accepted run,
+/// BENCHMARKS.md section 2).
 #[derive(Clone)]
-pub(crate) struct AppState {
+pub(crate) struct AppState(Arc<SharedState>);
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+pub(crate) struct SharedState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) accept: Arc<accept::Acceptor>,
     pub(crate) admission: Arc<admit::Admission>,
@@ -146,7 +159,7 @@ impl platform::service::Service for Application {
         let shutdown = CancellationToken::new();
         let events =
             events::EventHub::start(&hub_client, &js, names.clone(), shutdown.clone()).await?;
-        let state = AppState {
+        let state = AppState(Arc::new(SharedState {
             auth,
             accept,
             admission,
@@ -159,7 +172,7 @@ impl platform::service::Service for Application {
             ),
             agents: agents::AgentCatalog::start(agents_kv, shutdown.clone()),
             shutdown: shutdown.clone(),
-        };
+        }));
         let router = routes::router(state).merge(platform::http::health_routes(vec![(
             "nats",
             platform::nats::probe(js),
