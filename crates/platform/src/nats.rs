@@ -34,7 +34,7 @@ pub struct StreamLimits {
     /// may be this old before runs expire unrun; status lookups read a run's task from here.
     pub runs_max_age: Duration,
     /// The RUNS stream's duplicate window (`SB_NATS_RUNS_DEDUP_WINDOW_SECS`, 1 hour): how long
-    /// a retried run is recognised by its message id. The broker keeps ~250 bytes per run
+    /// a retried run is recognised by its message id. The broker keeps ~300 bytes per run
     /// accepted within the window (BENCHMARKS.md section 9), so memory follows the rate of new
     /// runs times this window, not the number of runs kept.
     pub runs_dedup_window: Duration,
