@@ -5,6 +5,7 @@ mod changes;
 mod ingest;
 mod lookup;
 mod progress;
+mod respond;
 mod routes;
 mod sign;
 mod store;

@@ -9,25 +9,21 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use protocol::messaging::{
-    HISTORY_QUEUE, Names, RunLookupReply, RunLookupRequest, RunRecord, RunStatus,
-};
+use protocol::messaging::{Names, RunLookupReply, RunLookupRequest, RunRecord, RunStatus};
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ingest::PullConsumer;
-use crate::store;
+use crate::{respond, store};
 
-/// Requests answered at once per replica.
-const CONCURRENCY: usize = 32;
 /// How long a lookup waits for history to write the runs accepted before it.
 const CATCH_UP: Duration = Duration::from_secs(2);
 /// Between two looks at the consumer's ack floor while catching up.
 const CATCH_UP_STEP: Duration = Duration::from_millis(20);
 
-/// Answers [`RunLookupRequest`]s until `shutdown`.
+/// Answers [`RunLookupRequest`]s until `shutdown`; an error gets no answer (the caller times
+/// out and answers 503).
 pub(crate) async fn serve(
     client: async_nats::Client,
     names: Names,
@@ -35,39 +31,14 @@ pub(crate) async fn serve(
     runs: PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let requests = client
-        .queue_subscribe(names.history_run_lookup_subject(), HISTORY_QUEUE.to_owned())
-        .await?;
-    requests
-        .take_until(shutdown.cancelled_owned())
-        .for_each_concurrent(CONCURRENCY, |message| {
-            let (client, pool, runs) = (&client, &pool, &runs);
-            async move {
-                let Some(reply) = message.reply else {
-                    return;
-                };
-                let Ok(request) = serde_json::from_slice::<RunLookupRequest>(&message.payload)
-                else {
-                    tracing::warn!("undecodable run lookup ignored");
-                    return;
-                };
-                // No answer on an error: the caller times out and answers 503.
-                let answer = match answer(pool, runs, request).await {
-                    Ok(answer) => answer,
-                    Err(err) => {
-                        tracing::warn!(error = format!("{err:#}"), "run lookup failed");
-                        return;
-                    }
-                };
-                if let Ok(payload) = serde_json::to_vec(&answer)
-                    && let Err(err) = client.publish(reply, payload.into()).await
-                {
-                    tracing::warn!(error = %err, "cannot answer a run lookup");
-                }
-            }
-        })
-        .await;
-    Ok(())
+    let (pool, runs) = (&pool, &runs);
+    respond::serve(
+        client,
+        names.history_run_lookup_subject(),
+        shutdown,
+        |request| answer(pool, runs, request),
+    )
+    .await
 }
 
 async fn answer(
