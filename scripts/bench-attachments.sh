@@ -12,6 +12,12 @@
 #    `bare-axum`): throughput, p50, p99, CPU per request of the target, of its PostgreSQL
 #    backends and of wrk; then the same owner again (the owner's rows grow), many owners, and
 #    one connection (diagnostics).
+# 3. Right after the many-owners load, (b) the same PostgreSQL work without the service: crates/bench
+#    `pg-upload-loop` runs what one upload-url request runs in PostgreSQL (the service's own
+#    function for it, so the same statements and transactions, committed) on a pool made by the
+#    service's own constructor from the service's environment, with as many requests in flight as
+#    wrk has connections, for as many fresh owners and as long: "upload-url / raw loop" is the
+#    many-owners throughput over the loop's (issue 12).
 #
 # Prints markdown tables (saved as summary.md). See BENCHMARKS.md, "3. Attachments".
 #
@@ -24,7 +30,11 @@
 # Settings (environment): BENCH_THREADS (wrk threads, 2), BENCH_CONNECTIONS (16),
 # BENCH_DURATION (seconds per measured wrk run, 15), BENCH_FLOOR_DURATION (seconds of the
 # one-connection run, 8), BENCH_OWNERS (owners of the many-owners run, 64), BENCH_UPLOAD_RUNS
-# (3), BENCH_OUT (where raw results go; default .data/bench/attachments-<time>).
+# (3), BENCH_OUT (where raw results go; default .data/bench/attachments-<time>), BENCH_ONLY
+# (`upload-url`: skip the 100 MiB uploads, measure upload-url, its diagnostics and the raw loop
+# only; a quick re-measure of the ratio), BENCH_BIN (a directory of prebuilt release binaries,
+# switchboard-attachments, bare-axum, s3-put and pg-upload-loop, to measure instead of building
+# this tree's: an earlier tree's, say).
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
@@ -34,10 +44,11 @@ DURATION="${BENCH_DURATION:-15}"
 FLOOR_DURATION="${BENCH_FLOOR_DURATION:-8}"
 OWNERS="${BENCH_OWNERS:-64}"
 UPLOAD_RUNS="${BENCH_UPLOAD_RUNS:-3}"
+ONLY="${BENCH_ONLY:-}"
 STAMP="$(date +%Y%m%dT%H%M%S)"
 OUT="${BENCH_OUT:-$DATA/bench/attachments-$STAMP}"
 LUA="$ROOT/scripts/bench/upload_url.lua"
-BIN="$ROOT/target/release"
+BIN="${BENCH_BIN:-$ROOT/target/release}"
 PATH_UPLOAD_URL=/v2/files/upload-url
 PATH_ATTACHMENTS=/api/v1/agent/attachments
 # The largest file the service takes (its MAX_FILE_BYTES, "100 MB"): a PDF header, then random
@@ -47,6 +58,7 @@ UPLOAD_BYTES=104857600
 
 ((UPLOAD_RUNS >= 1 && UPLOAD_RUNS <= 10)) || die "BENCH_UPLOAD_RUNS must be 1..10"
 ((OWNERS >= 1 && OWNERS <= 1000)) || die "BENCH_OWNERS must be 1..1000"
+[ -z "$ONLY" ] || [ "$ONLY" = upload-url ] || die "BENCH_ONLY must be empty or upload-url"
 mkdir -p "$OUT"
 
 # ---------------------------------------------------------------- tools, infrastructure, build
@@ -56,18 +68,24 @@ if ! command -v wrk >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
 "$ROOT/scripts/infra.sh"
-log "building switchboard-attachments and switchboard-bench (release)"
-cargo build --release --locked --quiet -p switchboard-attachments -p switchboard-bench
-
-if [ "$(stat -c %s "$UPLOAD_FILE" 2>/dev/null || echo 0)" != "$UPLOAD_BYTES" ] \
-  || [ "$(head -c 9 "$UPLOAD_FILE")" != "%PDF-1.7" ]; then
-  log "writing the $UPLOAD_BYTES-byte test file $UPLOAD_FILE"
-  mkdir -p "$(dirname "$UPLOAD_FILE")"
-  { printf '%%PDF-1.7\n'; head -c $((UPLOAD_BYTES - 9)) /dev/urandom; } >"$UPLOAD_FILE.tmp"
-  mv "$UPLOAD_FILE.tmp" "$UPLOAD_FILE"
+if [ -z "${BENCH_BIN:-}" ]; then
+  log "building switchboard-attachments and switchboard-bench (release)"
+  cargo build --release --locked --quiet -p switchboard-attachments -p switchboard-bench
+else
+  log "measuring the binaries of $BIN (not built here)"
 fi
-# Both uploads read it from the page cache, not from the disk.
-cat "$UPLOAD_FILE" >/dev/null
+
+if [ -z "$ONLY" ]; then
+  if [ "$(stat -c %s "$UPLOAD_FILE" 2>/dev/null || echo 0)" != "$UPLOAD_BYTES" ] \
+    || [ "$(head -c 9 "$UPLOAD_FILE")" != "%PDF-1.7" ]; then
+    log "writing the $UPLOAD_BYTES-byte test file $UPLOAD_FILE"
+    mkdir -p "$(dirname "$UPLOAD_FILE")"
+    { printf '%%PDF-1.7\n'; head -c $((UPLOAD_BYTES - 9)) /dev/urandom; } >"$UPLOAD_FILE.tmp"
+    mv "$UPLOAD_FILE.tmp" "$UPLOAD_FILE"
+  fi
+  # Both uploads read it from the page cache, not from the disk.
+  cat "$UPLOAD_FILE" >/dev/null
+fi
 
 # ---------------------------------------------------------------- database, bucket, processes
 RUN_ID="$(date +%s)-$((RANDOM % 10000))"
@@ -126,6 +144,14 @@ ATT_PORT="$(free_port)"
 {
   SB_S3_BUCKET="$BUCKET" service_env | grep -v '^SB_ATTACHMENTS_DATABASE_URL='
   echo "SB_ATTACHMENTS_DATABASE_URL=$(database_url "$DB")"
+  # The per-owner quotas (60 forms a minute, 20 unfinished uploads, 10,000 files, 10 GiB) would
+  # answer most of these loads 429 or 403. Out of reach here, so every request does the whole
+  # work; the quota's count of the owner's files still runs in every request.
+  echo "SB_ATTACHMENTS_UPLOAD_RATE_PER_MINUTE=1000000000"
+  echo "SB_ATTACHMENTS_UPLOAD_RATE_BURST=1000000000"
+  echo "SB_ATTACHMENTS_MAX_PENDING_PER_OWNER=1000000000000"
+  echo "SB_ATTACHMENTS_MAX_FILES_PER_OWNER=1000000000000"
+  echo "SB_ATTACHMENTS_MAX_BYTES_PER_OWNER=1000000000000000000"
 } >"$OUT/attachments.env"
 (
   set -a; source "$OUT/attachments.env"; set +a
@@ -207,15 +233,21 @@ line = None
 for raw in open(path + ".out"):
     if raw.startswith("BENCH_JSON "):
         line = raw[len("BENCH_JSON "):]
+    elif raw.startswith("{"):  # pg-upload-loop's line
+        line = raw
 if line is None:
     sys.exit(f"{name}: no result line in {path}.out")
 result = json.loads(line)
+if isinstance(result.get("errors"), int):
+    result["errors"] = {"failed": result["errors"]}
 def parse(snapshot):
     return {p: float(s) for p, _, s in (x.partition("=") for x in snapshot.split()) if s}
 before, after = parse(p0), parse(p1)
 # A backend opened during the phase started from 0; one closed during it is lost (the pool
 # keeps its connections, so that does not happen in practice).
 pg = sum(s - before.get(p, 0.0) for p, s in after.items())
+# pg-upload-loop's backends are gone when it exits: it counts their CPU itself.
+pg = result.get("pg_cpu_s", pg)
 diff = lambda a, b: round(float(b) - float(a), 2) if a and b else None
 result.update(name=name, target_cpu_s=diff(t0, t1), pg_cpu_s=round(pg, 2),
               pg_backends=len(after), wall_s=diff(w0, w1), generator_cpu_s=float(gen),
@@ -316,6 +348,7 @@ PART_MIB=8 # the service's PART_BYTES (services/attachments/src/server_upload.rs
 sleep 2
 IDLE_RSS_START="$(kib "$ATT_PID" VmRSS)"
 for ((i = 1; i <= UPLOAD_RUNS; i++)); do
+  [ -z "$ONLY" ] || break
   log "upload $i/$UPLOAD_RUNS: through the service, as one PutObject, as a $PART_MIB MiB multipart upload"
   upload_service "$i"
   upload_direct "$i" 0
@@ -335,6 +368,18 @@ run_wrk bare-max "$BARE_URL" "$BARE_PID" "$DURATION" "$CONNECTIONS" "$THREADS"
 run_wrk att-max "$ATT_URL" "$ATT_PID" "$DURATION" "$CONNECTIONS" "$THREADS"
 run_wrk att-max-again "$ATT_URL" "$ATT_PID" "$DURATION" "$CONNECTIONS" "$THREADS"
 run_wrk att-owners "$ATT_URL" "$ATT_PID" "$DURATION" "$CONNECTIONS" "$THREADS" "$TOKENS_FILE"
+# (b) the same PostgreSQL work without the service, at once: as many in flight as wrk's
+# connections, as many fresh owners, as long (and at most 10 million requests).
+raw_loop() {
+  (
+    set -a; source "$OUT/attachments.env"; set +a
+    exec timeout $((DURATION + 60)) "$BIN/pg-upload-loop" --owner-prefix "bench-$RUN_ID-raw-owner" \
+      --owners "$OWNERS" --concurrency "$CONNECTIONS" --max-seconds "$DURATION" \
+      --count 10000000 --clock-ticks "$TICKS"
+  )
+}
+log "pg-upload-loop: $CONNECTIONS in flight, ${DURATION}s, $OWNERS owners"
+measure raw-owners "" raw_loop
 run_wrk att-c1 "$ATT_URL" "$ATT_PID" "$FLOOR_DURATION" 1 1 "$TOKENS_FILE"
 
 # explain_lookup OWNER FILE: the dedup lookup (store::find_by_hash) of OWNER as PostgreSQL plans
@@ -358,64 +403,66 @@ psql_db -c "SELECT status, count(*) FROM attachments.files GROUP BY status ORDER
 # ---------------------------------------------------------------- report
 {
   echo "machine: $(nproc) cores, $(free -h | awk '/^Mem:/ { print $2 }') memory, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), load average before the report $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "settings: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s; $OWNERS owners in the many-owners run; $UPLOAD_RUNS uploads of each kind of a $UPLOAD_BYTES-byte PDF; database $DB, bucket $BUCKET"
+  echo "settings: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s; $OWNERS owners in the many-owners run and the raw loop; $([ -n "$ONLY" ] && echo "no uploads (BENCH_ONLY=$ONLY)" || echo "$UPLOAD_RUNS uploads of each kind of a $UPLOAD_BYTES-byte PDF"); database $DB, bucket $BUCKET"
   echo "tree: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- services crates migrations 2>/dev/null || echo ' + uncommitted changes'); raw results in $OUT"
   echo "answer sizes (upload-url): attachments $ATT_ANSWER_BYTES bytes, bare axum $BARE_ANSWER_BYTES bytes"
   echo
-  python3 - "$OUT" "$UPLOAD_RUNS" "$OWNERS" "$CONNECTIONS" "$IDLE_RSS_START" <<'PY'
+  python3 - "$OUT" "$UPLOAD_RUNS" "$OWNERS" "$CONNECTIONS" "$IDLE_RSS_START" "$ONLY" <<'PY'
 import json, os, statistics, sys
 out, runs, many, conns = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 idle_start = int(sys.argv[5])
+only = sys.argv[6]
 load = lambda n: json.load(open(os.path.join(out, n + ".json")))
 mib = lambda kib: f"{kib / 1024:.1f}"
 
-print("Server-side upload of the 100 MiB PDF vs. direct uploads of the same file to the same S3 server.")
-print()
-print(f"The service's RSS when idle after start: {mib(idle_start)} MiB.")
-print()
-print("| run | path | wall (s) | MB/s | RSS before (MiB) | peak RSS, VmHWM (MiB) "
-      "| peak - RSS at start (MiB) | max VmRSS polled every 50 ms (MiB) | RSS after (MiB) "
-      "| uploading process CPU (s) | S3 server CPU (s) | curl CPU (s) |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-service = [load(f"upload-service-{i}") for i in range(1, runs + 1)]
-direct = [load(f"upload-direct-{i}") for i in range(1, runs + 1)]
-multi = [load(f"upload-multipart-{i}") for i in range(1, runs + 1)]
-for s in service:
-    s["over_start_kib"] = s["peak_rss_kib"] - idle_start
-def direct_row(label, d, bold=""):
-    return (f"| {label} | {bold}{d['wall_s']:.3f}{bold} | {bold}{d['mb_per_s']:.0f}{bold} | - | "
-            f"{mib(d['peak_rss_kib'])} (s3-put) | - | - | - | {d['client_cpu_s']:.2f} | "
-            f"{d['s3_cpu_s']:.2f} | - |")
-for i, (s, d, m) in enumerate(zip(service, direct, multi), 1):
-    print(f"| {i} | service (curl -F) | {s['wall_s']:.3f} | {s['mb_per_s']:.0f} | {mib(s['idle_rss_kib'])} | "
-          f"{mib(s['peak_rss_kib'])} | {mib(s['over_start_kib'])} | {mib(s['polled_max_rss_kib'])} | "
-          f"{mib(s['after_rss_kib'])} | {s['target_cpu_s']:.2f} | {s['s3_cpu_s']:.2f} | "
-          f"{s['client_cpu_s']:.2f} |")
-    print(direct_row(f"{i} | direct, one PutObject (s3-put)", d))
-    print(direct_row(f"{i} | direct, multipart (s3-put --part-mib)", m))
-med = lambda rows, k: statistics.median(r[k] for r in rows)
-sw, dw, mw = med(service, "wall_s"), med(direct, "wall_s"), med(multi, "wall_s")
-print(f"| **median** | service | **{sw:.3f}** | **{med(service, 'mb_per_s'):.0f}** | "
-      f"{mib(med(service, 'idle_rss_kib'))} | **{mib(med(service, 'peak_rss_kib'))}** | "
-      f"{mib(med(service, 'over_start_kib'))} | {mib(med(service, 'polled_max_rss_kib'))} | "
-      f"{mib(med(service, 'after_rss_kib'))} | {med(service, 'target_cpu_s'):.2f} | "
-      f"{med(service, 's3_cpu_s'):.2f} | {med(service, 'client_cpu_s'):.2f} |")
-for label, rows in [("direct, one PutObject", direct), ("direct, multipart", multi)]:
-    print(f"| **median** | {label} | **{med(rows, 'wall_s'):.3f}** | **{med(rows, 'mb_per_s'):.0f}** | - | "
-          f"{mib(med(rows, 'peak_rss_kib'))} (s3-put) | - | - | - | {med(rows, 'client_cpu_s'):.2f} | "
-          f"{med(rows, 's3_cpu_s'):.2f} | - |")
-print()
-print(f"- service / direct PutObject, median wall time: **{sw / dw:.2f}x** "
-      f"(throughput {med(service, 'mb_per_s') / med(direct, 'mb_per_s'):.0%} of direct)")
-print(f"- service / direct multipart in the same part size, median wall time: {sw / mw:.2f}x; "
-      f"the CompleteMultipartUpload call alone took {med(multi, 'complete_seconds'):.3f} s (median)")
-print(f"- the service's peak RSS was at most {mib(max(s['over_start_kib'] for s in service))} MiB "
-      f"above its RSS when idle after start")
-print()
+if not only:
+    print("Server-side upload of the 100 MiB PDF vs. direct uploads of the same file to the same S3 server.")
+    print()
+    print(f"The service's RSS when idle after start: {mib(idle_start)} MiB.")
+    print()
+    print("| run | path | wall (s) | MB/s | RSS before (MiB) | peak RSS, VmHWM (MiB) "
+          "| peak - RSS at start (MiB) | max VmRSS polled every 50 ms (MiB) | RSS after (MiB) "
+          "| uploading process CPU (s) | S3 server CPU (s) | curl CPU (s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    service = [load(f"upload-service-{i}") for i in range(1, runs + 1)]
+    direct = [load(f"upload-direct-{i}") for i in range(1, runs + 1)]
+    multi = [load(f"upload-multipart-{i}") for i in range(1, runs + 1)]
+    for s in service:
+        s["over_start_kib"] = s["peak_rss_kib"] - idle_start
+    def direct_row(label, d, bold=""):
+        return (f"| {label} | {bold}{d['wall_s']:.3f}{bold} | {bold}{d['mb_per_s']:.0f}{bold} | - | "
+                f"{mib(d['peak_rss_kib'])} (s3-put) | - | - | - | {d['client_cpu_s']:.2f} | "
+                f"{d['s3_cpu_s']:.2f} | - |")
+    for i, (s, d, m) in enumerate(zip(service, direct, multi), 1):
+        print(f"| {i} | service (curl -F) | {s['wall_s']:.3f} | {s['mb_per_s']:.0f} | {mib(s['idle_rss_kib'])} | "
+              f"{mib(s['peak_rss_kib'])} | {mib(s['over_start_kib'])} | {mib(s['polled_max_rss_kib'])} | "
+              f"{mib(s['after_rss_kib'])} | {s['target_cpu_s']:.2f} | {s['s3_cpu_s']:.2f} | "
+              f"{s['client_cpu_s']:.2f} |")
+        print(direct_row(f"{i} | direct, one PutObject (s3-put)", d))
+        print(direct_row(f"{i} | direct, multipart (s3-put --part-mib)", m))
+    med = lambda rows, k: statistics.median(r[k] for r in rows)
+    sw, dw, mw = med(service, "wall_s"), med(direct, "wall_s"), med(multi, "wall_s")
+    print(f"| **median** | service | **{sw:.3f}** | **{med(service, 'mb_per_s'):.0f}** | "
+          f"{mib(med(service, 'idle_rss_kib'))} | **{mib(med(service, 'peak_rss_kib'))}** | "
+          f"{mib(med(service, 'over_start_kib'))} | {mib(med(service, 'polled_max_rss_kib'))} | "
+          f"{mib(med(service, 'after_rss_kib'))} | {med(service, 'target_cpu_s'):.2f} | "
+          f"{med(service, 's3_cpu_s'):.2f} | {med(service, 'client_cpu_s'):.2f} |")
+    for label, rows in [("direct, one PutObject", direct), ("direct, multipart", multi)]:
+        print(f"| **median** | {label} | **{med(rows, 'wall_s'):.3f}** | **{med(rows, 'mb_per_s'):.0f}** | - | "
+              f"{mib(med(rows, 'peak_rss_kib'))} (s3-put) | - | - | - | {med(rows, 'client_cpu_s'):.2f} | "
+              f"{med(rows, 's3_cpu_s'):.2f} | - |")
+    print()
+    print(f"- service / direct PutObject, median wall time: **{sw / dw:.2f}x** "
+          f"(throughput {med(service, 'mb_per_s') / med(direct, 'mb_per_s'):.0%} of direct)")
+    print(f"- service / direct multipart in the same part size, median wall time: {sw / mw:.2f}x; "
+          f"the CompleteMultipartUpload call alone took {med(multi, 'complete_seconds'):.3f} s (median)")
+    print(f"- the service's peak RSS was at most {mib(max(s['over_start_kib'] for s in service))} MiB "
+          f"above its RSS when idle after start")
+    print()
 
 print("`POST /v2/files/upload-url`: closed loops.")
 print()
-r = {n: load(n) for n in ["bare-max", "att-max", "att-max-again", "att-owners", "att-c1"]}
+r = {n: load(n) for n in ["bare-max", "att-max", "att-max-again", "att-owners", "att-c1", "raw-owners"]}
 for v in r.values():
     v["error_count"] = sum(v["errors"].values())
 def per_req(v, key):
@@ -430,13 +477,18 @@ for label, load_, owners, n in [
     ("attachments", f"max, {conns} connections, the same owner again", "1", "att-max-again"),
     ("attachments", f"max, {conns} connections", many, "att-owners"),
     ("attachments", "1 connection", many, "att-c1"),
+    ("(b) raw PostgreSQL loop (pg-upload-loop)", f"max, {conns} in flight", many, "raw-owners"),
 ]:
     v = r[n]
     rows = "-" if owners != "1" else f"{v['owner_rows_before']} -> {v['owner_rows_after']}"
     pg = "-" if n.startswith("bare") else per_req(v, "pg_cpu_s")
+    # The raw loop is its own load generator: its CPU is the target's, no wrk.
+    target, generator = per_req(v, "target_cpu_s"), per_req(v, "generator_cpu_s")
+    if n.startswith("raw"):
+        target, generator = generator, "-"
     print(f"| {label} | {load_} | {owners} | {rows} | {v['requests']} | {v['error_count']} | "
-          f"{v['rps']:.0f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | {per_req(v, 'target_cpu_s')} | "
-          f"{pg} | {per_req(v, 'generator_cpu_s')} |")
+          f"{v['rps']:.0f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | {target} | "
+          f"{pg} | {generator} |")
 print()
 bare = r["bare-max"]["rps"]
 print("| ratio (throughput at max) | value |")
@@ -444,6 +496,12 @@ print("|---|---:|")
 print(f"| attachments, 1 owner from empty / (a) | {r['att-max']['rps'] / bare:.1%} |")
 print(f"| attachments, the same owner again / (a) | {r['att-max-again']['rps'] / bare:.1%} |")
 print(f"| attachments, many owners / (a) | {r['att-owners']['rps'] / bare:.1%} |")
+print(f"| **upload-url / raw loop**: attachments, many owners / (b) | "
+      f"**{r['att-owners']['rps'] / r['raw-owners']['rps']:.1%}** |")
+print()
+print(f"upload-url / raw loop: {r['att-owners']['rps'] / r['raw-owners']['rps']:.3f} "
+      f"({r['att-owners']['rps']:.0f} req/s, p99 {r['att-owners']['p99_ms']:.2f} ms / "
+      f"{r['raw-owners']['rps']:.0f} ops/s, p99 {r['raw-owners']['p99_ms']:.2f} ms)")
 print()
 bad = [n for n, v in r.items() if v["error_count"]]
 if bad:

@@ -14,6 +14,8 @@ mod store;
 mod upload_url;
 mod verify;
 
+pub use upload_url::UploadUrlWork;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +35,8 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 /// The schema attachments owns.
 pub const SCHEMA: &str = "attachments";
+/// Connections of the service's PostgreSQL pool.
+const POOL_CONNECTIONS: u32 = 16;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/attachments");
 
 /// Settings of the attachments service.
@@ -204,6 +208,19 @@ fn cors_layer(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     ))
 }
 
+/// The service's PostgreSQL pool (16 connections, `POOL_CONNECTIONS`; the `attachments` schema
+/// first on the search path), migrated if `migrate_on_start`; the benchmarks open theirs here too.
+pub async fn connect_pool(config: &Config) -> anyhow::Result<PgPool> {
+    platform::db::connect(
+        &config.database_url,
+        SCHEMA,
+        &MIGRATOR,
+        POOL_CONNECTIONS,
+        config.migrate_on_start,
+    )
+    .await
+}
+
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub(crate) struct AppState {
@@ -262,14 +279,7 @@ impl platform::service::Service for Application {
     /// Migrates the schema, makes sure the bucket exists, binds the listener.
     async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Arc::new(Authenticator::new(&config.auth)?);
-        let pool = platform::db::connect(
-            &config.database_url,
-            SCHEMA,
-            &MIGRATOR,
-            16,
-            config.migrate_on_start,
-        )
-        .await?;
+        let pool = connect_pool(&config).await?;
         let s3 = platform::s3::client(&config.s3);
         platform::s3::ensure_bucket(&s3, &config.s3.bucket).await?;
         let (client, js) = platform::nats::connect(&config.nats, "attachments").await?;

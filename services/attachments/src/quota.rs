@@ -87,7 +87,14 @@ impl Quota {
         Ok(self.judge(&usage, size))
     }
 
-    fn judge(&self, usage: &store::Usage, size: Option<i64>) -> Result<(), QuotaError> {
+    /// The limits.
+    pub(crate) fn limits(&self) -> &QuotaConfig {
+        &self.config
+    }
+
+    /// Whether `usage` leaves room for a file of `size` bytes. `store::claim_upload` applies
+    /// the same three limits in SQL: keep them alike.
+    pub(crate) fn judge(&self, usage: &store::Usage, size: Option<i64>) -> Result<(), QuotaError> {
         let c = &self.config;
         if usage.pending >= c.max_pending {
             return Err(QuotaError::TooManyPending(usage.pending));

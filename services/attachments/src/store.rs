@@ -3,7 +3,7 @@
 //! data in `services/attachments/.sqlx/` after a query or a migration changes).
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 /// Where a file is in its life: the `files.status` column (`files_status_check`).
@@ -232,9 +232,126 @@ pub(crate) async fn insert_file(
     Ok(inserted.is_some())
 }
 
+/// What [`claim_upload`] found or did.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    /// The owner's live file with the declared content, if any; then nothing was written.
+    pub(crate) existing: Option<FileRow>,
+    /// The owner's [`Usage`] the insert was judged on (zero when `existing` is set).
+    pub(crate) usage: Usage,
+    /// Whether the new pending file was recorded.
+    pub(crate) inserted: bool,
+}
+
+/// One statement for a new presigned upload: the dedup lookup of [`find_by_hash`] (by the
+/// declared hash); when it finds nothing, the owner's [`usage`] and, if it stays within the
+/// pending, file and byte limits, the insert of the pending file `u` exactly as [`insert_file`]
+/// makes it, yielding to a concurrent claim of the same content (`files_owner_sha256_live_key`).
+/// The limits are those `Quota::judge` applies to the returned usage, which says why nothing
+/// was inserted.
+pub(crate) async fn claim_upload<'e>(
+    db: impl PgExecutor<'e>,
+    u: &NewUpload<'_>,
+    max_pending: i64,
+    max_files: i64,
+    max_bytes: i64,
+) -> sqlx::Result<Claim> {
+    let row = sqlx::query!(
+        r#"WITH found AS (
+             SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
+                    status, expires_at
+             FROM (
+               SELECT * FROM files WHERE owner = $2 AND sha256 = $8 AND status = 'verified'
+               UNION ALL
+               SELECT * FROM files WHERE owner = $2 AND declared_sha256 = $8
+                 AND declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+             ) AS live
+             ORDER BY status = 'verified' DESC, created_at
+             LIMIT 1
+           ),
+           usage AS (
+             SELECT count(*) AS files, coalesce(sum(size_bytes), 0)::bigint AS bytes,
+                    count(*) FILTER (WHERE status = 'pending' AND expires_at > now()) AS pending
+             FROM files WHERE owner = $2 AND status IN ('pending', 'verified')
+               AND NOT EXISTS (SELECT FROM found)
+           ),
+           inserted AS (
+             INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
+                                declared_sha256, status, expires_at)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9 FROM usage
+             WHERE NOT EXISTS (SELECT FROM found)
+               AND usage.pending < $10 AND usage.files < $11 AND usage.bytes <= $12::bigint - $7::bigint
+             ON CONFLICT (owner, declared_sha256)
+               WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+             DO NOTHING
+             RETURNING id
+           )
+           SELECT f.id AS "id?", f.bucket AS "bucket?", f.object_key AS "object_key?",
+                  f.file_name AS "file_name?", f.content_type AS "content_type?",
+                  f.size_bytes AS "size_bytes?", f.declared_sha256,
+                  f.status AS "status?: FileStatus", f.expires_at,
+                  u.files AS "files!", u.bytes AS "bytes!", u.pending AS "pending!",
+                  EXISTS (SELECT FROM inserted) AS "inserted!"
+           FROM usage u LEFT JOIN found f ON true"#,
+        u.id,
+        u.owner,
+        u.bucket,
+        u.key,
+        u.file_name,
+        u.content_type,
+        u.size,
+        u.declared_sha256,
+        u.expires_at,
+        max_pending,
+        max_files,
+        max_bytes
+    )
+    .fetch_one(db)
+    .await?;
+    let existing = match (
+        row.id,
+        row.bucket,
+        row.object_key,
+        row.file_name,
+        row.content_type,
+        row.size_bytes,
+        row.status,
+    ) {
+        (
+            Some(id),
+            Some(bucket),
+            Some(object_key),
+            Some(file_name),
+            Some(content_type),
+            Some(size_bytes),
+            Some(status),
+        ) => Some(FileRow {
+            id,
+            bucket,
+            object_key,
+            file_name,
+            content_type,
+            size_bytes,
+            declared_sha256: row.declared_sha256,
+            status,
+            expires_at: row.expires_at,
+        }),
+        _ => None,
+    };
+    Ok(Claim {
+        existing,
+        usage: Usage {
+            files: row.files,
+            bytes: row.bytes,
+            pending: row.pending,
+        },
+        inserted: row.inserted,
+    })
+}
+
 /// Extends a pending upload's expiry (a new form was signed for it).
-pub(crate) async fn extend_pending(
-    pool: &PgPool,
+pub(crate) async fn extend_pending<'e>(
+    db: impl PgExecutor<'e>,
     id: Uuid,
     expires_at: DateTime<Utc>,
 ) -> sqlx::Result<()> {
@@ -243,7 +360,7 @@ pub(crate) async fn extend_pending(
         id,
         expires_at
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -295,8 +412,8 @@ pub(crate) async fn delete(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
 }
 
 /// Puts a file in a session's workspace (idempotent).
-pub(crate) async fn add_to_workspace(
-    pool: &PgPool,
+pub(crate) async fn add_to_workspace<'e>(
+    db: impl PgExecutor<'e>,
     owner: &str,
     session_id: &str,
     file_id: Uuid,
@@ -311,7 +428,7 @@ pub(crate) async fn add_to_workspace(
         file_id,
         source.as_str()
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
