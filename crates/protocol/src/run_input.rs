@@ -37,6 +37,51 @@ pub struct RunAgentInput {
     pub extra: Map<String, Value>,
 }
 
+impl RunAgentInput {
+    /// A one-message turn on `thread_id`: the user's `content` as message `message_id`, with
+    /// empty state, tools, context and forwarded props (what the WebSocket and chat APIs start).
+    pub fn turn(thread_id: &str, run_id: &str, message_id: &str, content: UserContent) -> Self {
+        Self {
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            parent_run_id: None,
+            state: Some(Value::Object(Map::new())),
+            messages: vec![Message::User(UserMessage {
+                id: message_id.to_owned(),
+                content,
+                name: None,
+                encrypted_value: None,
+                extra: Map::new(),
+            })],
+            tools: Some(Vec::new()),
+            context: Some(Vec::new()),
+            forwarded_props: Some(Value::Object(Map::new())),
+            extra: Map::new(),
+        }
+    }
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: &str) -> Self {
+        ContentBlock::Text(TextBlock {
+            text: text.to_owned(),
+            extra: Map::new(),
+        })
+    }
+
+    /// An AG-UI `document` part whose bytes are at `url`.
+    pub fn document_at(url: &str) -> Self {
+        let mut source = Map::new();
+        source.insert("type".to_owned(), Value::String("url".to_owned()));
+        source.insert("value".to_owned(), Value::String(url.to_owned()));
+        ContentBlock::Document(SourcePart {
+            source: Value::Object(source),
+            extra: Map::new(),
+        })
+    }
+}
+
 /// One message of the conversation, tagged by `role`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
@@ -367,4 +412,33 @@ pub struct RunStatusResponse {
     /// Why the run failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_turn_is_the_run_input_its_json_form_parses_to() {
+        let content = UserContent::Blocks(vec![
+            ContentBlock::text("read this"),
+            ContentBlock::document_at("s3://b/k.pdf"),
+        ]);
+        let built = RunAgentInput::turn("t-1", "r-1", "m-1", content);
+        let parsed: RunAgentInput = serde_json::from_value(json!({
+            "threadId": "t-1", "runId": "r-1", "state": {}, "tools": [], "context": [],
+            "forwardedProps": {},
+            "messages": [{"id": "m-1", "role": "user", "content": [
+                {"type": "text", "text": "read this"},
+                {"type": "document", "source": {"type": "url", "value": "s3://b/k.pdf"}},
+            ]}],
+        }))
+        .unwrap();
+        assert_eq!(built, parsed);
+        assert_eq!(
+            serde_json::to_value(&built).unwrap()["messages"][0]["role"],
+            "user"
+        );
+    }
 }

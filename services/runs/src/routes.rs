@@ -318,8 +318,7 @@ async fn chat(
         )));
     };
     let id = uuid::Uuid::now_v7().to_string();
-    let input = crate::ws::chat_input(&session_id, &id, &message, &content_urls)
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("cannot build the chat run")))?;
+    let input = crate::ws::chat_input(&session_id, &id, &message, &content_urls);
     let accepted = start_run(&state, &owner, input, true, None).await?;
     stream_events(&state, &owner, &accepted).await
 }

@@ -21,12 +21,12 @@ use platform::http::ErrorResponse;
 use protocol::ErrorCode;
 use protocol::interaction::{PromptRecord, PromptStatus, prompt_key};
 use protocol::messaging::RunEventV1;
-use protocol::run_input::{RunAgentInput, UserContent};
+use protocol::run_input::{ContentBlock, RunAgentInput, UserContent};
 use protocol::ws::{
     Inbound, MAX_WS_MESSAGE_BYTES, WsError, WsErrorCode, WsMapper, WsMessage, WsType, parse_inbound,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -234,7 +234,7 @@ impl Session {
                 conversation_id,
                 content,
             }) => {
-                let input = turn(&conversation_id, &id, &id, content);
+                let input = RunAgentInput::turn(&conversation_id, &id, &id, content);
                 self.start(input, None, &conversation_id, &id).await;
             }
             Ok(Inbound::UserInteraction {
@@ -244,7 +244,7 @@ impl Session {
                 answer,
             }) => {
                 self.mark_started(&id);
-                let input = turn(
+                let input = RunAgentInput::turn(
                     &conversation_id,
                     &id,
                     &id,
@@ -281,21 +281,11 @@ impl Session {
     /// Accepts a run and streams it to this connection.
     async fn start(
         &self,
-        input: Option<RunAgentInput>,
+        input: RunAgentInput,
         answer: Option<Answer>,
         conversation_id: &str,
         parent_id: &str,
     ) {
-        let Some(input) = input else {
-            let error = WsError::new(
-                WsErrorCode::UnknownError,
-                "the run could not be built",
-                "internal",
-            );
-            self.error(error, Some(conversation_id), Some(parent_id))
-                .await;
-            return;
-        };
         if let Err(violation) = protocol::validate::validate_conversation(&input) {
             let error = WsError::new(
                 WsErrorCode::InvalidUserMessageContent,
@@ -497,27 +487,6 @@ fn last_user_id(input: &RunAgentInput) -> Option<String> {
         .map(|m| m.id().to_owned())
 }
 
-/// A one-message turn on a conversation.
-fn turn(
-    conversation_id: &str,
-    run_id: &str,
-    message_id: &str,
-    content: UserContent,
-) -> Option<RunAgentInput> {
-    let message = json!({"id": message_id, "role": "user", "content": content});
-    input(conversation_id, run_id, message)
-}
-
-fn input(thread_id: &str, run_id: &str, message: Value) -> Option<RunAgentInput> {
-    let value = json!({
-        "threadId": thread_id, "runId": run_id, "state": {}, "messages": [message],
-        "tools": [], "context": [], "forwardedProps": {},
-    });
-    serde_json::from_value(value)
-        .map_err(|err| tracing::error!(error = %err, "cannot build a run input"))
-        .ok()
-}
-
 /// The run of a `chat` message (`file-attachments.md`): the text and each `content_url` as a
 /// document part, which admission resolves to the caller's verified file.
 pub(crate) fn chat_input(
@@ -525,15 +494,19 @@ pub(crate) fn chat_input(
     message_id: &str,
     message: &str,
     content_urls: &[String],
-) -> Option<RunAgentInput> {
-    let mut blocks = vec![json!({"type": "text", "text": message})];
-    for url in content_urls {
-        blocks.push(json!({"type": "document", "source": {"type": "url", "value": url}}));
-    }
-    input(
+) -> RunAgentInput {
+    let blocks = std::iter::once(ContentBlock::text(message))
+        .chain(
+            content_urls
+                .iter()
+                .map(|url| ContentBlock::document_at(url)),
+        )
+        .collect();
+    RunAgentInput::turn(
         session_id,
         message_id,
-        json!({"id": message_id, "role": "user", "content": blocks}),
+        message_id,
+        UserContent::Blocks(blocks),
     )
 }
 
