@@ -11,6 +11,10 @@
 //! - `extract-peak`: peak memory of attachment extraction on the hostile files of
 //!   `extract::bombs`, in process or through the worker's helper processes
 //!   (`scripts/bench-extract.sh`, `BENCHMARKS.md` section 6).
+//! - `broker-fill`: fills a RUNS stream with accepted runs in the service's layout or the one
+//!   before issue 12, for the broker memory curve (`scripts/bench-broker.sh`, section 9).
+//! - `pg-upload-loop`: the PostgreSQL work of one `upload-url` request, by the service's own
+//!   function, as a raw loop (`scripts/bench-attachments.sh`, section 3).
 
 use std::collections::HashMap;
 
