@@ -17,8 +17,11 @@
 //!   function, as a raw loop (`scripts/bench-attachments.sh`, section 3).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures::{Stream, StreamExt as _};
+use hdrhistogram::Histogram;
 
 /// The user text of every benchmark run unless `BENCH_TEXT` says otherwise; the wrk script
 /// (`scripts/bench/runs.lua`) uses the same default, and `scripts/bench-runs.sh` passes the
@@ -67,6 +70,102 @@ pub fn peak_rss_kib() -> Option<u64> {
         .lines()
         .find_map(|line| line.strip_prefix("VmHWM:"))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// What a load loop did: operations done and failed, the first failure, the last success's
+/// value (a message size) and the per-operation latency. The three loops (`js-publish-loop`,
+/// `pg-upload-loop`, `broker-fill`) drain their work through [`Tally::drain`].
+#[derive(Debug)]
+pub struct Tally<T> {
+    /// Operations that succeeded.
+    pub done: u64,
+    /// Operations that failed.
+    pub errors: u64,
+    /// The first failure, with its cause chain.
+    pub first_error: Option<String>,
+    /// What the last success returned besides its latency.
+    pub last: Option<T>,
+    /// From `started` (given to `drain`) to the last result.
+    pub elapsed: Duration,
+    /// Per-operation latency, in microseconds.
+    latency: Histogram<u64>,
+}
+
+impl<T> Tally<T> {
+    /// Awaits every result of `results` (each an operation's latency and value, or its error).
+    pub async fn drain(
+        results: impl Stream<Item = anyhow::Result<(Duration, T)>>,
+        started: Instant,
+    ) -> anyhow::Result<Self> {
+        let mut tally = Self {
+            done: 0,
+            errors: 0,
+            first_error: None,
+            last: None,
+            elapsed: Duration::ZERO,
+            latency: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        };
+        let mut results = std::pin::pin!(results);
+        while let Some(result) = results.next().await {
+            tally.record(result);
+        }
+        tally.elapsed = started.elapsed();
+        Ok(tally)
+    }
+
+    fn record(&mut self, result: anyhow::Result<(Duration, T)>) {
+        match result {
+            Ok((took, value)) => {
+                self.done += 1;
+                self.last = Some(value);
+                let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                self.latency.saturating_record(micros.max(1));
+            }
+            Err(err) => {
+                self.errors += 1;
+                self.first_error.get_or_insert_with(|| format!("{err:#}"));
+            }
+        }
+    }
+
+    /// Successes per second of `elapsed`.
+    pub fn rate(&self) -> f64 {
+        self.done as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The result line's common fields: `seconds`, `errors`, `first_error` and the latency
+    /// percentiles `p50_ms`, `p90_ms`, `p99_ms`, `max_ms`, `mean_ms`.
+    pub fn fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        let ms = |micros: u64| serde_json::json!(micros as f64 / 1000.0);
+        [
+            ("seconds", serde_json::json!(self.elapsed.as_secs_f64())),
+            ("errors", serde_json::json!(self.errors)),
+            ("first_error", serde_json::json!(self.first_error)),
+            ("p50_ms", ms(self.latency.value_at_quantile(0.50))),
+            ("p90_ms", ms(self.latency.value_at_quantile(0.90))),
+            ("p99_ms", ms(self.latency.value_at_quantile(0.99))),
+            ("max_ms", ms(self.latency.max())),
+            ("mean_ms", serde_json::json!(self.latency.mean() / 1000.0)),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect()
+    }
+}
+
+/// Prints `line` (a JSON object) extended by `fields` as one line on standard output.
+pub fn print_line(
+    mut line: serde_json::Value,
+    fields: serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    if let Some(object) = line.as_object_mut() {
+        object.extend(fields);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
 }
 
 /// `--name value` pairs of the command line (a bare first argument is kept under `""`).
@@ -145,6 +244,22 @@ mod tests {
         assert_eq!(args.positional().as_deref(), Some("127.0.0.1:1"));
         assert_eq!(args.parsed("count", "BENCH_UNSET_VAR", 0_u64).ok(), Some(5));
         assert!(Args::parse(["--count"].map(String::from)).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_tally_counts_successes_and_failures_and_keeps_the_first_error() {
+        let results = futures::stream::iter([
+            Ok((Duration::from_millis(2), 10_usize)),
+            Err(anyhow::anyhow!("first")),
+            Ok((Duration::from_millis(4), 20)),
+            Err(anyhow::anyhow!("second")),
+        ]);
+        let tally = Tally::drain(results, Instant::now()).await.unwrap();
+        assert_eq!((tally.done, tally.errors, tally.last), (2, 2, Some(20)));
+        assert_eq!(tally.first_error.as_deref(), Some("first"));
+        let fields = tally.fields();
+        assert_eq!(fields["max_ms"].as_f64().map(f64::round), Some(4.0));
+        assert_eq!(fields["p50_ms"].as_f64().map(f64::round), Some(2.0));
     }
 
     #[test]

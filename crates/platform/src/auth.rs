@@ -65,6 +65,7 @@ pub struct KeyError(String);
 pub struct Authenticator {
     key: DecodingKey,
     validation: Validation,
+    verified: Arc<VerifiedTokens>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -78,6 +79,56 @@ impl std::fmt::Debug for Authenticator {
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    /// Required and checked by `jsonwebtoken`; read here to know how long the token may be
+    /// remembered as verified.
+    #[serde(default)]
+    exp: Option<f64>,
+}
+
+/// Tokens this process verified, each with its owner, until its expiry (plus the leeway the
+/// verification allows): a client sends the same token with every request, and checking its
+/// signature and claims again (HMAC or RSA, base64, two JSON parses) was 8 % of an accepted
+/// run's CPU (BENCHMARKS.md section 2). A token is found by its exact text, so a changed byte
+/// is verified afresh; at most [`VerifiedTokens::MAX`] tokens of at most
+/// [`VerifiedTokens::MAX_TOKEN_LEN`] bytes are held (then the expired ones are dropped, or all).
+#[derive(Default)]
+struct VerifiedTokens {
+    tokens: std::sync::Mutex<std::collections::HashMap<Box<str>, (Owner, u64)>>,
+}
+
+impl VerifiedTokens {
+    const MAX: usize = 4096;
+    const MAX_TOKEN_LEN: usize = 2048;
+
+    /// The owner of `token` if it was verified and is still valid at `now` (Unix seconds).
+    fn get(&self, token: &str, now: u64) -> Option<Owner> {
+        let tokens = self.tokens.lock().ok()?;
+        let (owner, until) = tokens.get(token)?;
+        (now <= *until).then(|| owner.clone())
+    }
+
+    /// Remembers `token` as `owner`'s until `until` (Unix seconds).
+    fn insert(&self, token: &str, owner: &Owner, until: u64, now: u64) {
+        if token.len() > Self::MAX_TOKEN_LEN {
+            return;
+        }
+        let Ok(mut tokens) = self.tokens.lock() else {
+            return;
+        };
+        if tokens.len() >= Self::MAX {
+            tokens.retain(|_, (_, until)| now <= *until);
+            if tokens.len() >= Self::MAX {
+                tokens.clear();
+            }
+        }
+        tokens.insert(token.into(), (owner.clone(), until));
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Why a request is not authenticated. Never shown in detail to the caller.
@@ -132,18 +183,37 @@ impl Authenticator {
         if let Some(iss) = &config.issuer {
             validation.set_issuer(&[iss]);
         }
-        Ok(Self { key, validation })
+        Ok(Self {
+            key,
+            validation,
+            verified: Arc::default(),
+        })
     }
 
     /// The owner named by a token, if the token is valid.
     pub fn verify(&self, token: &str) -> Result<Owner, AuthError> {
+        let now = unix_now();
+        if let Some(owner) = self.verified.get(token, now) {
+            return Ok(owner);
+        }
         let data = decode::<Claims>(token, &self.key, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
-        let sub = data.claims.sub;
+        let Claims { sub, exp } = data.claims;
         if sub.is_empty() || sub.len() > MAX_SUB_LEN || sub.chars().any(char::is_control) {
             return Err(AuthError::Invalid("unusable sub claim".to_owned()));
         }
-        Ok(Owner(sub))
+        let owner = Owner(sub);
+        // Valid until `exp + leeway` (jsonwebtoken's rule); `nbf`, checked now, stays passed.
+        if let Some(exp) = exp.filter(|exp| exp.is_finite() && *exp >= 0.0) {
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "a finite, non-negative number of seconds, floored"
+            )]
+            let until = (exp.floor() as u64).saturating_add(self.validation.leeway);
+            self.verified.insert(token, &owner, until, now);
+        }
+        Ok(owner)
     }
 
     /// The owner of a request with an `Authorization` header value.
@@ -313,6 +383,48 @@ mod tests {
         let none =
             "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0.";
         assert!(authenticator().verify(none).is_err());
+    }
+
+    #[test]
+    fn a_verified_token_is_remembered_until_its_expiry_and_only_by_its_exact_text() {
+        let verified = VerifiedTokens::default();
+        let alice = Owner("alice".to_owned());
+        verified.insert("token-a", &alice, 1_000, 900);
+        assert_eq!(verified.get("token-a", 1_000), Some(alice.clone()));
+        assert_eq!(verified.get("token-a", 1_001), None, "expired");
+        assert_eq!(verified.get("token-A", 950), None, "another text");
+        let long = "x".repeat(VerifiedTokens::MAX_TOKEN_LEN + 1);
+        verified.insert(&long, &alice, 1_000, 900);
+        assert_eq!(verified.get(&long, 950), None, "too long to hold");
+    }
+
+    #[test]
+    fn the_remembered_tokens_are_bounded() {
+        let verified = VerifiedTokens::default();
+        let owner = Owner("o".to_owned());
+        // Half expire at 100, half at 1,000; at 500 a full set drops the expired half.
+        for i in 0..VerifiedTokens::MAX {
+            let until = if i % 2 == 0 { 100 } else { 1_000 };
+            verified.insert(&format!("t{i}"), &owner, until, 0);
+        }
+        verified.insert("new", &owner, 1_000, 500);
+        let held = verified.tokens.lock().map(|t| t.len()).unwrap_or_default();
+        assert_eq!(held, VerifiedTokens::MAX / 2 + 1);
+        assert_eq!(verified.get("t1", 500), Some(owner.clone()));
+        assert_eq!(verified.get("new", 500), Some(owner));
+    }
+
+    #[test]
+    fn a_token_verified_once_is_verified_again_and_a_changed_one_is_not() {
+        let auth = authenticator();
+        let t = token(Algorithm::HS256, json!({"sub": "alice", "exp": now() + 60}));
+        assert_eq!(auth.verify(&t), Ok(Owner("alice".to_owned())));
+        assert_eq!(auth.verify(&t), Ok(Owner("alice".to_owned())));
+        // The same claims with a forged signature: not the remembered text, so verified, refused.
+        let (signed, _) = t.rsplit_once('.').unwrap();
+        assert!(auth.verify(&format!("{signed}.AAAA")).is_err());
+        // A clone (each route's state) shares what was verified.
+        assert!(auth.clone().verified.get(&t, unix_now()).is_some());
     }
 
     #[test]

@@ -3,11 +3,12 @@
 //! route and status with latency histograms. Services record their own with the `metrics`
 //! macros; the names are listed in the README ("Metrics").
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -63,31 +64,101 @@ pub async fn render() -> Response {
 /// Middleware: `http_requests_total{route, method, status}` and
 /// `http_request_duration_seconds{route, method}` (to the response head; a stream's life is
 /// not its latency). `route` is the matched template (`/api/v1/agent/runs/{run_id}`), never
-/// the raw path, so the label set stays bounded.
+/// the raw path, and a method outside HTTP's standard ones is `other`, so the label set stays
+/// bounded whatever clients send. The handles are registered once per label set and kept
+/// ([`RouteMetrics`]): a request records into them without allocating.
 pub async fn track(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
-    let method = request.method().as_str().to_owned();
+        .cloned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::histogram!(
-        "http_request_duration_seconds",
-        "route" => route.clone(),
-        "method" => method.clone()
-    )
-    .record(started.elapsed().as_secs_f64());
-    metrics::counter!(
-        "http_requests_total",
-        "route" => route,
-        "method" => method,
-        "status" => status
-    )
-    .increment(1);
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    RouteMetrics::record(route, method, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// The `method` label: the standard methods by name, anything else `other`.
+fn method_label(method: &Method) -> &'static str {
+    const STANDARD: [Method; 9] = [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::CONNECT,
+        Method::TRACE,
+    ];
+    STANDARD
+        .iter()
+        .find(|standard| *standard == method)
+        .map_or("other", Method::as_str)
+}
+
+/// The HTTP metric handles of one route, by method (and status).
+#[derive(Default)]
+struct RouteMetrics {
+    duration: Vec<(&'static str, metrics::Histogram)>,
+    requests: Vec<(&'static str, u16, metrics::Counter)>,
+}
+
+impl RouteMetrics {
+    fn record(route: &str, method: &'static str, status: u16, took: Duration) {
+        static ROUTES: OnceLock<RwLock<HashMap<String, RouteMetrics>>> = OnceLock::new();
+        let routes = ROUTES.get_or_init(RwLock::default);
+        if let Ok(known) = routes.read()
+            && let Some(handles) = known.get(route)
+            && handles.try_record(method, status, took)
+        {
+            return;
+        }
+        // First time for this label set: register its handles, then record.
+        let Ok(mut known) = routes.write() else {
+            return;
+        };
+        let handles = known.entry(route.to_owned()).or_default();
+        if !handles.duration.iter().any(|(m, _)| *m == method) {
+            let histogram = metrics::histogram!(
+                "http_request_duration_seconds",
+                "route" => route.to_owned(),
+                "method" => method
+            );
+            handles.duration.push((method, histogram));
+        }
+        if !handles
+            .requests
+            .iter()
+            .any(|(m, s, _)| *m == method && *s == status)
+        {
+            let counter = metrics::counter!(
+                "http_requests_total",
+                "route" => route.to_owned(),
+                "method" => method,
+                "status" => status.to_string()
+            );
+            handles.requests.push((method, status, counter));
+        }
+        handles.try_record(method, status, took);
+    }
+
+    /// Records into the handles of `(method, status)`; `false` if they are not registered yet.
+    fn try_record(&self, method: &'static str, status: u16, took: Duration) -> bool {
+        let duration = self.duration.iter().find(|(m, _)| *m == method);
+        let requests = self
+            .requests
+            .iter()
+            .find(|(m, s, _)| *m == method && *s == status);
+        let (Some((_, duration)), Some((_, _, requests))) = (duration, requests) else {
+            return false;
+        };
+        duration.record(took.as_secs_f64());
+        requests.increment(1);
+        true
+    }
 }
 
 /// A gauge that is incremented while the value lives: an open stream, a run in flight.
@@ -138,4 +209,45 @@ pub fn watch_consumer_lag(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_standard_method_is_labelled_other() {
+        assert_eq!(method_label(&Method::POST), "POST");
+        assert_eq!(method_label(&Method::OPTIONS), "OPTIONS");
+        let custom = Method::from_bytes(b"BREW").unwrap();
+        assert_eq!(method_label(&custom), "other");
+    }
+
+    #[test]
+    fn each_request_is_counted_under_its_route_method_and_status() {
+        let handle = handle();
+        let route = "/test/metrics/{id}";
+        for status in [202, 202, 409] {
+            RouteMetrics::record(route, "POST", status, Duration::from_millis(3));
+        }
+        let text = handle.render();
+        let count = |status: &str| {
+            text.lines()
+                .find(|line| {
+                    line.starts_with("http_requests_total")
+                        && line.contains(route)
+                        && line.contains(&format!("status=\"{status}\""))
+                })
+                .and_then(|line| line.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(count("202").as_deref(), Some("2"));
+        assert_eq!(count("409").as_deref(), Some("1"));
+        assert!(
+            text.lines().any(|line| line.starts_with("http_request_duration_seconds_count")
+                && line.contains(route)
+                && line.ends_with(" 3")),
+            "three durations recorded:\n{text}"
+        );
+    }
 }

@@ -88,6 +88,11 @@ fn parse_unchecked(body: &[u8]) -> Result<RunAgentInput, Violation> {
             message: messages::PAYLOAD_TOO_LARGE.to_owned(),
         });
     }
+    // The common case, a well-formed body, without tracking the path (serde_path_to_error
+    // allocates every key it passes); a malformed one is read again to name its field.
+    if let Ok(input) = serde_json::from_slice(body) {
+        return Ok(input);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let input: RunAgentInput =
         serde_path_to_error::deserialize(&mut deserializer).map_err(|err| Violation {

@@ -27,11 +27,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_nats::jetstream;
 use futures::StreamExt as _;
-use hdrhistogram::Histogram;
 use platform::nats::NatsConfig;
 use protocol::messaging::{Names, RunTask, digest};
 use serde_json::json;
-use switchboard_bench::{Args, accepted_run};
+use switchboard_bench::{Args, Tally, accepted_run, print_line};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,42 +117,21 @@ async fn main() -> anyhow::Result<()> {
 
     let started = Instant::now();
     let deadline = started + settings.max_time;
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut published, mut errors, mut first_error, mut bytes) = (0_u64, 0_u64, None, 0_usize);
-    let mut results = futures::stream::iter(settings.first..settings.first + settings.count)
+    let results = futures::stream::iter(settings.first..settings.first + settings.count)
         .take_while(|_| std::future::ready(Instant::now() < deadline))
         .map(|i| publish_one(&js, &settings, i))
         .buffer_unordered(settings.concurrency);
-    while let Some(result) = results.next().await {
-        match result {
-            Ok((took, size)) => {
-                published += 1;
-                bytes = size;
-                let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-                latency.saturating_record(micros.max(1));
-            }
-            Err(err) => {
-                errors += 1;
-                first_error.get_or_insert_with(|| format!("{err:#}"));
-            }
-        }
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let ms = |micros: u64| micros as f64 / 1000.0;
+    let tally = Tally::drain(results, started).await?;
     let line = json!({
         "target": "broker-fill",
         "layout": args.get("layout", "BENCH_LAYOUT").unwrap_or_else(|| "queue".to_owned()),
         "prefix": prefix,
-        "published": published,
-        "errors": errors,
-        "first_error": first_error,
-        "payload_bytes": bytes,
-        "seconds": elapsed,
-        "rate_per_s": published as f64 / elapsed,
-        "p50_ms": ms(latency.value_at_quantile(0.50)),
-        "p99_ms": ms(latency.value_at_quantile(0.99)),
+        "published": tally.done,
+        "payload_bytes": tally.last.unwrap_or(0),
+        "rate_per_s": tally.rate(),
     });
-    writeln!(std::io::stdout().lock(), "{line}")?;
+    let errors = tally.errors;
+    print_line(line, tally.fields())?;
     anyhow::ensure!(errors == 0, "{errors} publishes failed");
     Ok(())
 }

@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_nats::jetstream;
 use futures::{StreamExt as _, TryStreamExt as _};
-use hdrhistogram::Histogram;
 use platform::nats::NatsConfig;
 use protocol::messaging::{Names, RunTask};
 use serde_json::json;
-use switchboard_bench::{Args, DEFAULT_TEXT, accepted_run};
+use switchboard_bench::{Args, DEFAULT_TEXT, Tally, accepted_run, print_line};
 use uuid::Uuid;
 
 struct Settings {
@@ -81,27 +80,17 @@ async fn main() -> anyhow::Result<()> {
     }
     platform::nats::ensure_streams(&js, &config).await?;
 
-    let outcome = run(&js, &settings).await?;
+    let tally = run(&js, &settings).await?;
     let line = json!({
         "target": "js-publish-loop",
         "prefix": prefix,
-        "count": outcome.published,
-        "errors": outcome.errors,
-        "first_error": outcome.first_error,
+        "count": tally.done,
         "concurrency": settings.concurrency,
-        "seconds": outcome.elapsed.as_secs_f64(),
-        "payload_bytes": outcome.payload_bytes,
-        "throughput_per_s": outcome.published as f64 / outcome.elapsed.as_secs_f64(),
-        "p50_ms": ms(outcome.latency.value_at_quantile(0.50)),
-        "p90_ms": ms(outcome.latency.value_at_quantile(0.90)),
-        "p99_ms": ms(outcome.latency.value_at_quantile(0.99)),
-        "max_ms": ms(outcome.latency.max()),
-        "mean_ms": outcome.latency.mean() / 1000.0,
+        "payload_bytes": tally.last.unwrap_or(0),
+        "throughput_per_s": tally.rate(),
     });
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
-    out.flush()?;
-    if outcome.published == 0 {
+    print_line(line, tally.fields())?;
+    if tally.done == 0 {
         anyhow::bail!("no message was published and acknowledged");
     }
     Ok(())
@@ -128,55 +117,17 @@ async fn cleanup(js: &jetstream::Context, names: &Names) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ms(micros: u64) -> f64 {
-    micros as f64 / 1000.0
-}
-
-struct Outcome {
-    published: u64,
-    errors: u64,
-    first_error: Option<String>,
-    elapsed: Duration,
-    payload_bytes: usize,
-    /// Publish-to-ack latency, in microseconds.
-    latency: Histogram<u64>,
-}
-
-async fn run(js: &jetstream::Context, settings: &Settings) -> anyhow::Result<Outcome> {
+/// Publishes the settings' runs; each result is a publish-to-ack latency and the message size.
+async fn run(js: &jetstream::Context, settings: &Settings) -> anyhow::Result<Tally<usize>> {
     // A random nonce keeps run ids unique across invocations on the same prefix.
     let nonce = Uuid::new_v4().simple().to_string();
     let started = Instant::now();
     let deadline = started + settings.max_time;
-    let mut results = futures::stream::iter(0..settings.count)
+    let results = futures::stream::iter(0..settings.count)
         .take_while(|_| std::future::ready(Instant::now() < deadline))
         .map(|i| publish_one(js, settings, format!("bench-{}-{i}", &nonce[..12])))
         .buffer_unordered(settings.concurrency);
-    let mut outcome = Outcome {
-        published: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        payload_bytes: 0,
-        latency: Histogram::new_with_bounds(1, 60_000_000, 3)?,
-    };
-    while let Some(result) = results.next().await {
-        match result {
-            Ok((latency, bytes)) => {
-                outcome.published += 1;
-                outcome.payload_bytes = bytes;
-                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-                outcome.latency.saturating_record(micros.max(1));
-            }
-            Err(err) => {
-                outcome.errors += 1;
-                outcome
-                    .first_error
-                    .get_or_insert_with(|| format!("{err:#}"));
-            }
-        }
-    }
-    outcome.elapsed = started.elapsed();
-    Ok(outcome)
+    Tally::drain(results, started).await
 }
 
 /// Builds one run exactly as a client would send it, parses it as the runs service does and

@@ -20,17 +20,15 @@
 //! Usage: `pg-upload-loop --owner-prefix P [--owners N] [--count N] [--concurrency K]
 //! [--max-seconds T] [--file-size BYTES] [--clock-ticks HZ]`.
 
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use attachments::{Config, UploadUrlWork};
 use futures::StreamExt as _;
-use hdrhistogram::Histogram;
 use platform::config::Env;
 use serde_json::json;
 use sqlx::PgPool;
-use switchboard_bench::Args;
+use switchboard_bench::{Args, Tally, print_line};
 use uuid::Uuid;
 
 struct Settings {
@@ -65,38 +63,23 @@ async fn main() -> anyhow::Result<()> {
     // so that the backends' CPU time is counted from here to the end of the loop.
     let backends = backend_pids(work.pool()).await?;
     let cpu_before = cpu_seconds(&backends, clock_ticks);
-    let outcome = run(&work, &settings).await?;
+    let tally = run(&work, &settings).await?;
     let cpu_after = cpu_seconds(&backends, clock_ticks);
     work.pool().close().await;
 
-    let seconds = outcome.elapsed.as_secs_f64();
     let line = json!({
         "target": "pg-upload-loop",
-        "requests": outcome.done,
-        "errors": outcome.errors,
-        "first_error": outcome.first_error,
+        "requests": tally.done,
         "concurrency": settings.concurrency,
         "owners": settings.owners,
         "pool_connections": work.pool().options().get_max_connections(),
-        "seconds": seconds,
-        "rps": outcome.done as f64 / seconds,
-        "p50_ms": ms(outcome.latency.value_at_quantile(0.50)),
-        "p90_ms": ms(outcome.latency.value_at_quantile(0.90)),
-        "p99_ms": ms(outcome.latency.value_at_quantile(0.99)),
-        "max_ms": ms(outcome.latency.max()),
-        "mean_ms": outcome.latency.mean() / 1000.0,
+        "rps": tally.rate(),
         "pg_backends": backends.len(),
         "pg_cpu_s": cpu_before.zip(cpu_after).map(|(before, after)| after - before),
     });
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
-    out.flush()?;
-    anyhow::ensure!(outcome.done > 0, "no request's work was done");
+    print_line(line, tally.fields())?;
+    anyhow::ensure!(tally.done > 0, "no request's work was done");
     Ok(())
-}
-
-fn ms(micros: u64) -> f64 {
-    micros as f64 / 1000.0
 }
 
 /// The backend process ids of every connection the pool may hold, opening them all.
@@ -133,48 +116,16 @@ fn cpu_seconds(pids: &[i32], clock_ticks: f64) -> Option<f64> {
     Some(ticks as f64 / clock_ticks)
 }
 
-struct Outcome {
-    done: u64,
-    errors: u64,
-    first_error: Option<String>,
-    elapsed: Duration,
-    /// Per-request latency, in microseconds.
-    latency: Histogram<u64>,
-}
-
-async fn run(work: &UploadUrlWork, settings: &Settings) -> anyhow::Result<Outcome> {
+async fn run(work: &UploadUrlWork, settings: &Settings) -> anyhow::Result<Tally<()>> {
     // A random nonce keeps the hashes and names unique across invocations on one database.
     let nonce = *Uuid::new_v4().as_bytes();
     let started = Instant::now();
     let deadline = started + settings.max_time;
-    let mut results = futures::stream::iter(0..settings.count)
+    let results = futures::stream::iter(0..settings.count)
         .take_while(|_| std::future::ready(Instant::now() < deadline))
         .map(|n| one(work, settings, &nonce, n))
         .buffer_unordered(settings.concurrency);
-    let mut outcome = Outcome {
-        done: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        latency: Histogram::new_with_bounds(1, 60_000_000, 3)?,
-    };
-    while let Some(result) = results.next().await {
-        match result {
-            Ok(latency) => {
-                outcome.done += 1;
-                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-                outcome.latency.saturating_record(micros.max(1));
-            }
-            Err(err) => {
-                outcome.errors += 1;
-                outcome
-                    .first_error
-                    .get_or_insert_with(|| format!("{err:#}"));
-            }
-        }
-    }
-    outcome.elapsed = started.elapsed();
-    Ok(outcome)
+    Tally::drain(results, started).await
 }
 
 /// Request `n`: a new upload of its owner; returns how long its PostgreSQL work took.
@@ -183,7 +134,7 @@ async fn one(
     settings: &Settings,
     nonce: &[u8; 16],
     n: u64,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<(Duration, ())> {
     let owner = format!("{}-{}", settings.owner_prefix, n % settings.owners + 1);
     // nonce (16 bytes), then n (8 bytes), then zeros: unique per invocation and request.
     let mut hash = [0_u8; 32];
@@ -199,7 +150,7 @@ async fn one(
         hash,
     )
     .await?;
-    Ok(started.elapsed())
+    Ok((started.elapsed(), ()))
 }
 
 /// The first 4 bytes of `bytes` as 8 hex digits.
