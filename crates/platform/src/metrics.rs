@@ -68,10 +68,7 @@ pub async fn render() -> Response {
 /// bounded whatever clients send. The handles are registered once per label set and kept
 /// ([`RouteMetrics`]): a request records into them without allocating.
 pub async fn track(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .cloned();
+    let route = request.extensions().get::<MatchedPath>().cloned();
     let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
@@ -244,9 +241,11 @@ mod tests {
         assert_eq!(count("202").as_deref(), Some("2"));
         assert_eq!(count("409").as_deref(), Some("1"));
         assert!(
-            text.lines().any(|line| line.starts_with("http_request_duration_seconds_count")
-                && line.contains(route)
-                && line.ends_with(" 3")),
+            text.lines().any(
+                |line| line.starts_with("http_request_duration_seconds_count")
+                    && line.contains(route)
+                    && line.ends_with(" 3")
+            ),
             "three durations recorded:\n{text}"
         );
     }
