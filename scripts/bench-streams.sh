@@ -44,6 +44,8 @@ cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --
 # js-publish-loop only deletes the prefix's streams at exit; an older binary does that as well.
 cargo build --release --locked --quiet -p switchboard-bench --bin js-publish-loop 2>/dev/null ||
   log "js-publish-loop does not build; the last binary built (if any) deletes the streams"
+# History answers the runs service's run lookups (opening a run's event stream asks it).
+cargo build --release --locked --quiet -p switchboard-history
 if ! cargo build --release --locked --quiet -p switchboard-runs; then
   # The tree may be mid-edit; BENCH_ALLOW_STALE_RUNS=1 measures the last binary that built.
   [ "${BENCH_ALLOW_STALE_RUNS:-0}" = 1 ] && [ -x "$BIN/switchboard-runs" ] ||
@@ -60,6 +62,7 @@ MONITOR_URL="http://127.0.0.1:$NATS_MONITOR_PORT"
 RUNS_PID=""
 RUNS_PORT=""
 BARE_PID=""
+HISTORY_PID=""
 
 stop_runs() {
   [ -n "$RUNS_PID" ] || return 0
@@ -73,6 +76,7 @@ stop_runs() {
 cleanup() {
   local status=$?
   stop_runs
+  if [ -n "$HISTORY_PID" ]; then kill -TERM "$HISTORY_PID" 2>/dev/null || true; wait "$HISTORY_PID" 2>/dev/null || true; fi
   if [ -n "$BARE_PID" ]; then kill -TERM "$BARE_PID" 2>/dev/null || true; wait "$BARE_PID" 2>/dev/null || true; fi
   if [ "${BENCH_KEEP_STREAMS:-0}" != 1 ] && [ -x "$BIN/js-publish-loop" ]; then
     timeout 30 "$BIN/js-publish-loop" --mode cleanup --prefix "$PREFIX" --nats-url "$NATS_URL" \
@@ -102,6 +106,17 @@ start_runs() {
   wait_until "runs" 60 curl -fs "http://127.0.0.1:$RUNS_PORT/readyz"
   log "runs on :$RUNS_PORT (pid $RUNS_PID), NATS prefix $PREFIX"
 }
+
+# One history instance on the same prefix for the whole benchmark: since issue 12 it is the run
+# index the runs service looks a run up in.
+HISTORY_PORT="$(free_port)"
+(
+  set -a; source <(service_env); set +a
+  export SB_HISTORY_ADDR="127.0.0.1:$HISTORY_PORT" RUST_LOG=warn
+  exec "$BIN/switchboard-history"
+) >"$OUT/history.log" 2>&1 &
+HISTORY_PID=$!
+wait_until "history" 60 curl -fs "http://127.0.0.1:$HISTORY_PORT/readyz"
 
 OWNER=bench
 TOKEN="$("$ROOT/scripts/token.sh" "$OWNER" 7200)"
