@@ -3,7 +3,8 @@
 # run beside (a) a bare axum handler reading the same body and (b) a Rust loop publishing the same
 # RunTask messages to the same JetStream stream with the same concurrency; prints a markdown table
 # with throughput, p50, p99 and the ratios. Diagnostics: CPU per request of the target and of
-# nats-server, NATS messages per request, and the latency floor with one request in flight.
+# nats-server, NATS messages per request, (b) paced to the runs service's half load (the broker's
+# share of that p99), and the latency floor with one request in flight.
 # See BENCHMARKS.md.
 #
 # Everything is on loopback. Every load is bounded in time (wrk -d, the loop's --max-seconds and
@@ -14,6 +15,9 @@
 # Settings (environment): BENCH_THREADS (wrk threads, 2), BENCH_CONNECTIONS (16: wrk connections
 # and the loop's publishes in flight), BENCH_DURATION (seconds per measured wrk run, 15),
 # BENCH_FLOOR_DURATION (seconds of each one-in-flight diagnostic run, 8), BENCH_TEXT (the user text),
+# BENCH_AGENT (1: the worker's echo agent is registered as the default first, as a deployment's
+# worker does, so each run is checked against its input schema; 0: no agent, the path measured
+# before 2026-11-26 night),
 # BENCH_OUT (where raw results go; default .data/bench/runs-<time>). SB_RUNS_ACTIVE_RUN_POLICY, when
 # set, is passed to the runs service (default: the service's own default).
 source "$(dirname "$0")/lib/common.sh"
@@ -85,6 +89,11 @@ BARE_PORT="$(free_port)"
 "$BIN/bare-axum" "127.0.0.1:$BARE_PORT" >"$OUT/bare-axum.log" 2>&1 &
 BARE_PID=$!
 STARTED+=("$BARE_PID")
+
+if [ "${BENCH_AGENT:-1}" = 1 ]; then
+  timeout 30 "$BIN/js-publish-loop" --mode register-agent --prefix "$PREFIX" --nats-url "$NATS_URL" \
+    >"$OUT/register-agent.json" || die "could not register the echo agent on $PREFIX"
+fi
 
 RUNS_PORT="$(free_port)"
 service_env >"$OUT/runs.env"
@@ -162,12 +171,13 @@ run_wrk() {
     wrk -t"$threads" -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" "$url"
 }
 
-# run_loop NAME COUNT CONCURRENCY SECONDS: the JetStream loop, bounded in count and time.
+# run_loop NAME COUNT CONCURRENCY SECONDS [RATE]: the JetStream loop, bounded in count and time;
+# RATE (per second, 0: unpaced) paces the publishes as the wrk script paces requests.
 run_loop() {
-  local name="$1" count="$2" conc="$3" secs="$4"
-  log "js-publish-loop $name: $count runs, $conc in flight, at most ${secs}s"
+  local name="$1" count="$2" conc="$3" secs="$4" rate="${5:-0}"
+  log "js-publish-loop $name: $count runs, $conc in flight, at most ${secs}s, paced to $rate/s (0: unpaced)"
   measure "$name" "$NATS_PID" timeout $((secs + 30)) \
-    "$BIN/js-publish-loop" --prefix "$PREFIX" --nats-url "$NATS_URL" \
+    "$BIN/js-publish-loop" --prefix "$PREFIX" --nats-url "$NATS_URL" --rate "$rate" \
     --count "$count" --concurrency "$conc" --max-seconds "$secs" --owner bench --text "$BENCH_TEXT"
 }
 
@@ -187,7 +197,12 @@ run_loop js-loop "$COUNT" "$CONNECTIONS" $((DURATION * 4))
 
 # Half load: each target paced to half of its own maximum.
 run_wrk bare-half "$BARE_URL" "$BARE_PID" "$DURATION" "$(half_of bare-max)"
+curl -fs "http://127.0.0.1:$RUNS_PORT/metrics" >"$OUT/runs-half.metrics0" || true
 run_wrk runs-half "$RUNS_URL" "$RUNS_PID" "$DURATION" "$(half_of runs-max)"
+curl -fs "http://127.0.0.1:$RUNS_PORT/metrics" >"$OUT/runs-half.metrics1" || true
+# The floor under runs-half, a diagnostic: (b) paced to the same rate (the broker's round trip
+# alone, on the same cores, with the same pacing).
+run_loop js-loop-half "$COUNT" "$CONNECTIONS" "$DURATION" "$(half_of runs-max)"
 
 # Latency floor, a diagnostic: one request in flight.
 run_wrk runs-c1 "$RUNS_URL" "$RUNS_PID" "$FLOOR_DURATION" 0 1 1
@@ -196,15 +211,17 @@ run_loop js-loop-c1 "$COUNT" 1 "$FLOOR_DURATION"
 # ---------------------------------------------------------------- report
 {
   echo "machine: $(nproc) cores, $(free -h | awk '/^Mem:/ { print $2 }') memory, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
-  echo "settings: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s; loop concurrency $CONNECTIONS; runs policy ${SB_RUNS_ACTIVE_RUN_POLICY:-(service default)}; NATS prefix $PREFIX"
+  echo "settings: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s; loop concurrency $CONNECTIONS; runs policy ${SB_RUNS_ACTIVE_RUN_POLICY:-(service default)}; default agent $([ "${BENCH_AGENT:-1}" = 1 ] && echo 'echo (input schema checked)' || echo 'none'); NATS prefix $PREFIX"
   echo "tree: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- services crates 2>/dev/null || echo ' + uncommitted changes'); raw results in $OUT"
   echo
   python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 r = {n: json.load(open(os.path.join(out, n + ".json")))
-     for n in ["bare-max", "runs-max", "js-loop", "bare-half", "runs-half", "runs-c1", "js-loop-c1"]}
+     for n in ["bare-max", "runs-max", "js-loop", "bare-half", "runs-half", "js-loop-half",
+               "runs-c1", "js-loop-c1"]}
 for n, v in r.items():
+    v["goal_rps"] = v.get("goal_rps") or v.get("goal_rate_per_s")
     errors = v.get("errors")
     v["error_count"] = sum(errors.values()) if isinstance(errors, dict) else (errors or 0)
     v["rate"] = v.get("rps", v.get("throughput_per_s"))
@@ -238,6 +255,7 @@ table([
     ("(b) JetStream publish loop", "max, same concurrency", "js-loop"),
     ("(a) bare axum", "half of its max", "bare-half"),
     ("runs service", "half of its max", "runs-half"),
+    ("(b) JetStream publish loop", "runs' half load", "js-loop-half"),
 ])
 runs, bare, loop = (r[n]["rate"] for n in ["runs-max", "bare-max", "js-loop"])
 half = r["runs-half"]
@@ -252,7 +270,29 @@ ok_p99 = half["p99_ms"] < 5
 print(f"- goal 1, acceptance >= 60% of (b): {runs:.0f} vs {0.6 * loop:.0f} req/s "
       f"({runs / loop:.1%} of (b)) -> {'MET' if ok_rate else 'NOT MET'}")
 print(f"- goal 2, p99 < 5 ms at half load: {half['p99_ms']:.2f} ms at {half['rate']:.0f} req/s "
-      f"-> {'MET' if ok_p99 else 'NOT MET'}")
+      f"-> {'MET' if ok_p99 else 'NOT MET'}; under it, (b) alone at that rate: p99 "
+      f"{r['js-loop-half']['p99_ms']:.2f} ms, (a) at its own half load: {r['bare-half']['p99_ms']:.2f} ms")
+
+def buckets(path):
+    """The runs route's cumulative request-duration buckets {le: count} in a /metrics text."""
+    found = {}
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        if (line.startswith("http_request_duration_seconds_bucket{")
+                and 'route="/api/v1/agent/runs"' in line and 'method="POST"' in line):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            found[le] = float(line.rsplit(" ", 1)[1])
+    return found
+
+before, after = (buckets(os.path.join(out, f"runs-half.metrics{i}")) for i in (0, 1))
+served = after.get("+Inf", 0) - before.get("+Inf", 0)
+if served:
+    share = lambda le: (after.get(le, 0) - before.get(le, 0)) / served
+    print(f"- inside the runs service at half load (its own histogram, request to response head): "
+          f"{share('0.0025'):.2%} within 2.5 ms, {share('0.005'):.2%} within 5 ms")
 print()
 print("Latency floor (diagnostic): one request in flight.")
 print()

@@ -22,10 +22,11 @@ pub(crate) enum ChooseError {
     Unavailable(anyhow::Error),
 }
 
-/// The registered agents.
+/// The registered agents. A card is shared, not copied, with each run that chooses it (its two
+/// schemas are many allocations).
 #[derive(Clone)]
 pub(crate) struct AgentCatalog {
-    cards: Arc<RwLock<BTreeMap<String, AgentCard>>>,
+    cards: Arc<RwLock<BTreeMap<String, Arc<AgentCard>>>>,
     kv: JsonKv,
     /// When the bucket was last listed because no card was known (at most once a second).
     listed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
@@ -49,7 +50,7 @@ impl AgentCatalog {
                     Ok(changes) => {
                         let mut changes = std::pin::pin!(changes.take_until(shutdown.cancelled()));
                         while let Some((key, card)) = changes.next().await {
-                            follower.apply(&key, card);
+                            follower.apply(&key, card.map(Arc::new));
                         }
                     }
                     Err(err) => tracing::warn!(error = format!("{err:#}"), "cannot watch agents"),
@@ -63,7 +64,7 @@ impl AgentCatalog {
         catalog
     }
 
-    fn apply(&self, key: &str, card: Option<AgentCard>) {
+    fn apply(&self, key: &str, card: Option<Arc<AgentCard>>) {
         let Ok(mut cards) = self.cards.write() else {
             return;
         };
@@ -79,7 +80,7 @@ impl AgentCatalog {
     }
 
     /// Every registered agent, by name.
-    pub(crate) async fn list(&self) -> Result<Vec<AgentCard>, ChooseError> {
+    pub(crate) async fn list(&self) -> Result<Vec<Arc<AgentCard>>, ChooseError> {
         self.load_if_empty().await?;
         Ok(self
             .cards
@@ -93,7 +94,7 @@ impl AgentCatalog {
     pub(crate) async fn choose(
         &self,
         requested: Option<&str>,
-    ) -> Result<Option<AgentCard>, ChooseError> {
+    ) -> Result<Option<Arc<AgentCard>>, ChooseError> {
         let Some(name) = requested else {
             self.load_if_empty().await?;
             return Ok(self.default_card());
@@ -104,7 +105,8 @@ impl AgentCatalog {
         // Registered moments ago, perhaps: read it rather than wait for the watch.
         match self.kv.get::<AgentCard>(&agent_key(name)).await {
             Ok(Some((card, _))) if card.name == name => {
-                self.apply(&agent_key(name), Some(card.clone()));
+                let card = Arc::new(card);
+                self.apply(&agent_key(name), Some(Arc::clone(&card)));
                 Ok(Some(card))
             }
             Ok(_) => Err(ChooseError::Unknown(self.names())),
@@ -113,7 +115,7 @@ impl AgentCatalog {
     }
 
     /// One of the cards by name, if known here.
-    pub(crate) fn get_cached(&self, name: &str) -> Option<AgentCard> {
+    pub(crate) fn get_cached(&self, name: &str) -> Option<Arc<AgentCard>> {
         self.cards.read().ok().and_then(|c| c.get(name).cloned())
     }
 
@@ -125,7 +127,7 @@ impl AgentCatalog {
     }
 
     /// The first card (by name) marked default.
-    pub(crate) fn default_card(&self) -> Option<AgentCard> {
+    pub(crate) fn default_card(&self) -> Option<Arc<AgentCard>> {
         self.cards
             .read()
             .ok()
@@ -151,7 +153,7 @@ impl AgentCatalog {
         let keys = self.kv.keys().await.map_err(ChooseError::Unavailable)?;
         for key in keys {
             if let Ok(Some((card, _))) = self.kv.get::<AgentCard>(&key).await {
-                self.apply(&key, Some(card));
+                self.apply(&key, Some(Arc::new(card)));
             }
         }
         Ok(())

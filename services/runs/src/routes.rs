@@ -401,9 +401,9 @@ async fn compatibility(
                     .get_cached(name)
                     .ok_or_else(|| invalid(format!("{side} names no agent: {name:?}")))?;
                 Ok(if output {
-                    card.output_schema
+                    card.output_schema.clone()
                 } else {
-                    card.input_schema
+                    card.input_schema.clone()
                 })
             }
             Some(inline @ serde_json::Value::Object(_)) => {

@@ -129,7 +129,7 @@ pub(crate) async fn start_run(
             attachments,
             conversation,
             resumed,
-            agent.map(|card| card.name),
+            agent.map(|card| card.name.clone()),
         )
         .await
         .map_err(|err| match err {

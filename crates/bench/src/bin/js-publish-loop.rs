@@ -5,19 +5,28 @@
 //! headers and message-id scheme as the runs service) with `--concurrency` in flight, awaiting
 //! every ack. Stops after `--count` messages or `--max-seconds`, whichever comes first, and
 //! prints one JSON line: throughput and per-publish (publish + ack) latency percentiles.
+//! With `--rate R` (per second) the publishes start on a schedule of slots `1/R` apart (still
+//! at most `--concurrency` in flight; one that falls behind does not catch up in a burst), like
+//! the paced wrk runs of `scripts/bench-runs.sh`; the latency is measured from the slot's send.
 //!
 //! The publish is the one the runs service makes for a new run, by the same function
 //! (`platform::nats::publish_run`: the RUNS queue subject, the run key as message id, the trace
 //! headers). Every run has a fresh threadId and runId, so none is a duplicate.
 //!
 //! Usage: `js-publish-loop --prefix P [--nats-url URL] [--count N] [--concurrency K]
-//! [--max-seconds T] [--owner SUB] [--text TEXT]` (`SB_NATS_URL`, `BENCH_TEXT` as fallbacks).
+//! [--max-seconds T] [--rate R] [--owner SUB] [--text TEXT]` (`SB_NATS_URL`, `BENCH_TEXT` as fallbacks).
+//!
+//! `js-publish-loop --prefix P --mode register-agent` instead registers the worker's built-in
+//! echo agent as the default agent of the prefix, as a worker does at start (so the runs service
+//! under test chooses an agent and checks every run's input against its schema, as it does in a
+//! deployment), and prints its name.
 //!
 //! `js-publish-loop --prefix P --mode cleanup` instead deletes every stream of the prefix (the
 //! RUNS and RUN_EVENTS streams and the KV buckets, which are streams too: what a benchmark left
 //! behind on the shared NATS server) and prints what it deleted.
 
 use std::io::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -34,6 +43,8 @@ struct Settings {
     count: u64,
     concurrency: usize,
     max_time: Duration,
+    /// Publishes started per second; `None`: as fast as the acks come back.
+    rate: Option<f64>,
     owner: String,
     text: String,
 }
@@ -54,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
             .parsed("concurrency", "BENCH_CONCURRENCY", 16_usize)?
             .max(1),
         max_time: Duration::from_secs_f64(args.parsed("max-seconds", "BENCH_MAX_SECONDS", 60.0)?),
+        rate: Some(args.parsed("rate", "BENCH_RATE", 0.0_f64)?).filter(|r| *r > 0.0),
         owner: args
             .get("owner", "BENCH_OWNER")
             .unwrap_or_else(|| "bench".to_owned()),
@@ -76,7 +88,8 @@ async fn main() -> anyhow::Result<()> {
     {
         "publish" => {}
         "cleanup" => return cleanup(&js, &settings.names).await,
-        other => anyhow::bail!("--mode {other:?}: use publish or cleanup"),
+        "register-agent" => return register_agent(&js, &config).await,
+        other => anyhow::bail!("--mode {other:?}: use publish, register-agent or cleanup"),
     }
     platform::nats::ensure_streams(&js, &config).await?;
 
@@ -86,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
         "prefix": prefix,
         "count": tally.done,
         "concurrency": settings.concurrency,
+        "goal_rate_per_s": settings.rate,
         "payload_bytes": tally.last.unwrap_or(0),
         "throughput_per_s": tally.rate(),
     });
@@ -93,6 +107,17 @@ async fn main() -> anyhow::Result<()> {
     if tally.done == 0 {
         anyhow::bail!("no message was published and acknowledged");
     }
+    Ok(())
+}
+
+/// Registers the worker's echo agent as the default, with the worker's own code.
+async fn register_agent(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
+    let buckets = platform::nats::ensure_run_buckets(js, config).await?;
+    let agents = worker::registry::AgentSet::new(vec![Arc::new(worker::agent::EchoAgent)], "echo")?;
+    agents.register(&buckets.agents).await?;
+    let line =
+        json!({"target": "register-agent", "prefix": config.names.prefix(), "agent": "echo"});
+    writeln!(std::io::stdout().lock(), "{line}")?;
     Ok(())
 }
 
@@ -123,9 +148,31 @@ async fn run(js: &jetstream::Context, settings: &Settings) -> anyhow::Result<Tal
     let nonce = Uuid::new_v4().simple().to_string();
     let started = Instant::now();
     let deadline = started + settings.max_time;
+    // As in the paced wrk runs: a publish that may start takes the next free send slot, at
+    // the earliest now (the closure runs one call at a time, so a Cell is enough).
+    let interval = settings
+        .rate
+        .map(|rate| Duration::from_secs_f64(1.0 / rate));
+    let next_slot = std::cell::Cell::new(started);
     let results = futures::stream::iter(0..settings.count)
         .take_while(|_| std::future::ready(Instant::now() < deadline))
-        .map(|i| publish_one(js, settings, format!("bench-{}-{i}", &nonce[..12])))
+        .map(|i| {
+            let slot = interval.map(|interval| {
+                let slot = next_slot.get().max(Instant::now());
+                next_slot.set(slot + interval);
+                slot
+            });
+            let run_id = format!("bench-{}-{i}", &nonce[..12]);
+            async move {
+                if let Some(slot) = slot {
+                    // Tokio's timer rounds a sleep up to its 1 ms tick: aim half a tick early so
+                    // that sends are on their slots on average, not late by half a tick.
+                    let aim = slot.checked_sub(Duration::from_micros(500)).unwrap_or(slot);
+                    tokio::time::sleep_until(aim.into()).await;
+                }
+                publish_one(js, settings, run_id).await
+            }
+        })
         .buffer_unordered(settings.concurrency);
     Tally::drain(results, started).await
 }
