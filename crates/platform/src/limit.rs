@@ -2,6 +2,7 @@
 //! signed).
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -11,7 +12,15 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 pub struct PerOwnerLimit {
     limiter: DefaultKeyedRateLimiter<String>,
     clock: DefaultClock,
+    /// Checks since the number of owners was last counted (counting locks every shard).
+    checks: AtomicU32,
 }
+
+/// How many owners are remembered before the idle ones are forgotten.
+const MAX_OWNERS: usize = 10_000;
+/// The owners are counted once per this many checks: at most this many more than
+/// [`MAX_OWNERS`] are remembered between two counts.
+const COUNT_EVERY: u32 = 256;
 
 impl PerOwnerLimit {
     /// `per_minute` sustained, up to `burst` at once. Both must be at least 1.
@@ -21,13 +30,16 @@ impl PerOwnerLimit {
         Self {
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
             clock: DefaultClock::default(),
+            checks: AtomicU32::new(0),
         }
     }
 
     /// `Ok` if `owner` may go on now, else how long to wait.
     pub fn check(&self, owner: &str) -> Result<(), Duration> {
         // Forget owners whose bucket is full again, so memory follows active users only.
-        if self.limiter.len() > 10_000 {
+        if self.checks.fetch_add(1, Ordering::Relaxed) % COUNT_EVERY == 0
+            && self.limiter.len() > MAX_OWNERS
+        {
             self.limiter.retain_recent();
         }
         self.limiter
