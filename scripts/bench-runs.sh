@@ -17,7 +17,8 @@
 # BENCH_FLOOR_DURATION (seconds of each one-in-flight diagnostic run, 8), BENCH_TEXT (the user text),
 # BENCH_AGENT (1: the worker's echo agent is registered as the default first, as a deployment's
 # worker does, so each run is checked against its input schema; 0: no agent, the path measured
-# before 2026-11-26 night),
+# before 2026-11-26 night), BENCH_RUST_LOG (the runs service's RUST_LOG: info, the deployment's
+# level, a JSON line per accepted run; before 2026-11-26 night: warn),
 # BENCH_OUT (where raw results go; default .data/bench/runs-<time>). SB_RUNS_ACTIVE_RUN_POLICY, when
 # set, is passed to the runs service (default: the service's own default).
 source "$(dirname "$0")/lib/common.sh"
@@ -100,7 +101,7 @@ service_env >"$OUT/runs.env"
 (
   set -a; source "$OUT/runs.env"; set +a
   export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 \
-    SB_RUNS_RATE_BURST=100000000 RUST_LOG=warn
+    SB_RUNS_RATE_BURST=100000000 RUST_LOG="${BENCH_RUST_LOG:-info}"
   exec "$BIN/switchboard-runs"
 ) >"$OUT/runs.log" 2>&1 &
 RUNS_PID=$!
@@ -211,7 +212,7 @@ run_loop js-loop-c1 "$COUNT" 1 "$FLOOR_DURATION"
 # ---------------------------------------------------------------- report
 {
   echo "machine: $(nproc) cores, $(free -h | awk '/^Mem:/ { print $2 }') memory, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r)"
-  echo "settings: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s; loop concurrency $CONNECTIONS; runs policy ${SB_RUNS_ACTIVE_RUN_POLICY:-(service default)}; default agent $([ "${BENCH_AGENT:-1}" = 1 ] && echo 'echo (input schema checked)' || echo 'none'); NATS prefix $PREFIX"
+  echo "settings: wrk -t$THREADS -c$CONNECTIONS -d${DURATION}s; loop concurrency $CONNECTIONS; runs policy ${SB_RUNS_ACTIVE_RUN_POLICY:-(service default)}; default agent $([ "${BENCH_AGENT:-1}" = 1 ] && echo 'echo (input schema checked)' || echo 'none'); runs RUST_LOG ${BENCH_RUST_LOG:-info}; NATS prefix $PREFIX"
   echo "tree: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- services crates 2>/dev/null || echo ' + uncommitted changes'); raw results in $OUT"
   echo
   python3 - "$OUT" <<'PY'
