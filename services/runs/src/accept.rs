@@ -121,7 +121,11 @@ impl Acceptor {
                         .await?;
                 }
                 metrics::counter!("switchboard_runs_accepted_total").increment(1);
-                tracing::info!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
+                // Not a line per run at the deployment's level: ~200 bytes of JSON and a write
+                // per run (3 MB/s at 15k runs/s, up to ~10 % of a run's CPU: BENCHMARKS.md
+                // section 2). The count is a metric, the run is in history;
+                // `RUST_LOG=switchboard_runs=debug` shows each.
+                tracing::debug!(task.id = %task.task_id, run.id = %task.input.run_id, "run accepted");
                 Ok(response(&task))
             }
             Published::Duplicate(seq) => {
