@@ -37,7 +37,10 @@ impl PerOwnerLimit {
     /// `Ok` if `owner` may go on now, else how long to wait.
     pub fn check(&self, owner: &str) -> Result<(), Duration> {
         // Forget owners whose bucket is full again, so memory follows active users only.
-        if self.checks.fetch_add(1, Ordering::Relaxed) % COUNT_EVERY == 0
+        if self
+            .checks
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(COUNT_EVERY)
             && self.limiter.len() > MAX_OWNERS
         {
             self.limiter.retain_recent();
