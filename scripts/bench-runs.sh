@@ -18,7 +18,7 @@
 # BENCH_AGENT (1: the worker's echo agent is registered as the default first, as a deployment's
 # worker does, so each run is checked against its input schema; 0: no agent, the path measured
 # before 2026-11-26 night), BENCH_RUST_LOG (the runs service's RUST_LOG: info, the deployment's
-# level, a JSON line per accepted run; before 2026-11-26 night: warn),
+# level; before 2026-11-26 night: warn),
 # BENCH_OUT (where raw results go; default .data/bench/runs-<time>). SB_RUNS_ACTIVE_RUN_POLICY, when
 # set, is passed to the runs service (default: the service's own default).
 source "$(dirname "$0")/lib/common.sh"

@@ -14,7 +14,8 @@
 //! headers). Every run has a fresh threadId and runId, so none is a duplicate.
 //!
 //! Usage: `js-publish-loop --prefix P [--nats-url URL] [--count N] [--concurrency K]
-//! [--max-seconds T] [--rate R] [--owner SUB] [--text TEXT]` (`SB_NATS_URL`, `BENCH_TEXT` as fallbacks).
+//! [--max-seconds T] [--rate R] [--owner SUB] [--text TEXT]` (`SB_NATS_URL`, `BENCH_TEXT` as
+//! fallbacks).
 //!
 //! `js-publish-loop --prefix P --mode register-agent` instead registers the worker's built-in
 //! echo agent as the default agent of the prefix, as a worker does at start (so the runs service
