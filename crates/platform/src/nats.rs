@@ -735,16 +735,15 @@ impl RunBuckets {
         thread_id: &str,
         task_id: uuid::Uuid,
     ) -> anyhow::Result<()> {
-        if let Some((key, holder, revision)) = self.held_by(owner, thread_id, task_id).await?
-            && !holder.published
-        {
-            let marked = ThreadLock {
-                published: true,
-                ..holder
-            };
-            // A changed revision means another task took the lock over: nothing to mark.
-            self.thread_locks.update(&key, &marked, revision).await?;
-        }
+        let key = protocol::messaging::thread_lock_key(owner, thread_id);
+        self.thread_locks
+            .modify::<ThreadLock, _>(&key, |holder| {
+                (holder.task_id == task_id && !holder.published).then(|| ThreadLock {
+                    published: true,
+                    ..holder.clone()
+                })
+            })
+            .await?;
         Ok(())
     }
 
@@ -755,26 +754,13 @@ impl RunBuckets {
         thread_id: &str,
         task_id: uuid::Uuid,
     ) -> anyhow::Result<()> {
-        if let Some((key, _, revision)) = self.held_by(owner, thread_id, task_id).await? {
+        let key = protocol::messaging::thread_lock_key(owner, thread_id);
+        if let Some((holder, revision)) = self.thread_locks.get::<ThreadLock>(&key).await?
+            && holder.task_id == task_id
+        {
             self.thread_locks.delete_at(&key, revision).await?;
         }
         Ok(())
-    }
-
-    /// The key, value and revision of `(owner, thread_id)`'s lock if `task_id` holds it.
-    async fn held_by(
-        &self,
-        owner: &str,
-        thread_id: &str,
-        task_id: uuid::Uuid,
-    ) -> anyhow::Result<Option<(String, ThreadLock, u64)>> {
-        let key = protocol::messaging::thread_lock_key(owner, thread_id);
-        Ok(self
-            .thread_locks
-            .get::<ThreadLock>(&key)
-            .await?
-            .filter(|(holder, _)| holder.task_id == task_id)
-            .map(|(holder, revision)| (key, holder, revision)))
     }
 }
 
