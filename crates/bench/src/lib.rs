@@ -174,10 +174,43 @@ pub struct Args {
     values: HashMap<String, String>,
 }
 
+/// Parses the tool's command line with [`Args::from_process_or_help`], the tool's own source
+/// giving the usage text: `let args = switchboard_bench::args!()?;` in a `src/bin/NAME.rs`.
+#[macro_export]
+macro_rules! args {
+    () => {
+        $crate::Args::from_process_or_help(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/bin/",
+            env!("CARGO_BIN_NAME"),
+            ".rs"
+        )))
+    };
+}
+
+/// The `//!` lines a source file starts with, without the marker: a bench tool's usage.
+pub fn module_doc(source: &str) -> String {
+    source
+        .lines()
+        .map_while(|line| line.strip_prefix("//!"))
+        .map(|line| line.strip_prefix(' ').unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 impl Args {
-    /// Parses `std::env::args()`.
-    pub fn from_process() -> anyhow::Result<Self> {
-        Self::parse(std::env::args().skip(1))
+    /// Parses `std::env::args()`; `--help` or `-h` anywhere prints the module documentation of
+    /// `source` (the tool's own file, see [`args!`]) and exits.
+    pub fn from_process_or_help(source: &str) -> anyhow::Result<Self> {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.iter().any(|a| a == "--help" || a == "-h") {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", module_doc(source))?;
+            out.flush()?;
+            std::process::exit(0);
+        }
+        Self::parse(args)
     }
 
     /// Parses `--name value` pairs; a first argument without `--` is the positional one.
@@ -188,12 +221,12 @@ impl Args {
             values.insert(String::new(), first);
         }
         while let Some(name) = args.next() {
-            let key = name
-                .strip_prefix("--")
-                .with_context(|| format!("unexpected argument {name:?}; use --name value"))?;
+            let key = name.strip_prefix("--").with_context(|| {
+                format!("unexpected argument {name:?}; use --name value (--help: usage)")
+            })?;
             let value = args
                 .next()
-                .with_context(|| format!("--{key} needs a value"))?;
+                .with_context(|| format!("--{key} needs a value (--help: usage)"))?;
             values.insert(key.to_owned(), value);
         }
         Ok(Self { values })
@@ -244,6 +277,13 @@ mod tests {
         assert_eq!(args.positional().as_deref(), Some("127.0.0.1:1"));
         assert_eq!(args.parsed("count", "BENCH_UNSET_VAR", 0_u64).ok(), Some(5));
         assert!(Args::parse(["--count"].map(String::from)).is_err());
+    }
+
+    #[test]
+    fn the_usage_is_the_leading_module_documentation() {
+        let source = "//! Tool: does a thing.\n//!\n//!   indented\nuse x;\n//! not this\n";
+        assert_eq!(module_doc(source), "Tool: does a thing.\n\n  indented");
+        assert_eq!(module_doc("fn main() {}"), "");
     }
 
     #[tokio::test]

@@ -24,11 +24,10 @@ use axum::routing::post;
 use protocol::TaskAcceptedResponse;
 use protocol::validate::MAX_PAYLOAD_BYTES;
 use serde_json::{Value, json};
-use switchboard_bench::Args;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let addr: SocketAddr = match args.positional() {
         Some(raw) => raw
             .parse()

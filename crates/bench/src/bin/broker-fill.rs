@@ -30,7 +30,7 @@ use futures::StreamExt as _;
 use platform::nats::NatsConfig;
 use protocol::messaging::{Names, RunTask, digest};
 use serde_json::json;
-use switchboard_bench::{Args, Tally, accepted_run, print_line};
+use switchboard_bench::{Tally, accepted_run, print_line};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,7 @@ struct Settings {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let prefix = args
         .get("prefix", "BENCH_NATS_PREFIX")
         .context("--prefix is required")?;

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use serde_json::json;
-use switchboard_bench::{Args, peak_rss_kib};
+use switchboard_bench::peak_rss_kib;
 
 fn outcome(result: &Result<extract::Extracted, String>) -> String {
     let text = match result {
@@ -79,7 +79,7 @@ fn tree_rss_kib() -> u64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let name = args
         .get("bomb", "BENCH_BOMB")
         .context("--bomb NAME is required")?;

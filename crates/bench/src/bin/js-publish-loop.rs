@@ -36,7 +36,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use platform::nats::NatsConfig;
 use protocol::messaging::{Names, RunTask};
 use serde_json::json;
-use switchboard_bench::{Args, DEFAULT_TEXT, Tally, accepted_run, print_line};
+use switchboard_bench::{DEFAULT_TEXT, Tally, accepted_run, print_line};
 use uuid::Uuid;
 
 struct Settings {
@@ -52,7 +52,7 @@ struct Settings {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let prefix = args
         .get("prefix", "BENCH_NATS_PREFIX")
         .context("--prefix is required (the NATS prefix whose RUNS stream to publish to)")?;

@@ -28,7 +28,7 @@ use futures::StreamExt as _;
 use platform::config::Env;
 use serde_json::json;
 use sqlx::PgPool;
-use switchboard_bench::{Args, Tally, print_line};
+use switchboard_bench::{Tally, print_line};
 use uuid::Uuid;
 
 struct Settings {
@@ -42,7 +42,7 @@ struct Settings {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let settings = Settings {
         owner_prefix: args
             .get("owner-prefix", "BENCH_OWNER_PREFIX")

@@ -40,7 +40,7 @@ const MAX_DELETES: usize = 100_000;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let mut config = S3Config::from_env(&Env::from_process())?;
     if let Some(bucket) = args.get("bucket", "BENCH_S3_BUCKET") {
         config.bucket = bucket;

@@ -11,11 +11,10 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
-use switchboard_bench::Args;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let addr = args
         .positional()
         .unwrap_or_else(|| "127.0.0.1:8099".to_owned());

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 use serde_json::{Value, json};
-use switchboard_bench::Args;
 use tokio_util::sync::CancellationToken;
 
 mod sse_common;
@@ -46,7 +45,7 @@ struct Settings {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let bench = Bench::connect(&args, "bench-sse-idle").await?;
     let probe_events = args.parsed("probe-events", "BENCH_PROBE_EVENTS", 600_u64)?;
     let probe_rate = args.parsed("probe-rate", "BENCH_PROBE_RATE", 20.0_f64)?;

@@ -21,7 +21,6 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::json;
-use switchboard_bench::Args;
 
 #[expect(dead_code, reason = "shared with sse-idle, which uses other parts")]
 mod sse_common;
@@ -30,7 +29,7 @@ use sse_common::{Bench, LatencySettings, measure_latency};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let bench = Bench::connect(&args, "bench-sse-latency").await?;
     let settings = LatencySettings {
         runs: args.parsed("runs", "BENCH_RUNS", 1_usize)?.max(1),

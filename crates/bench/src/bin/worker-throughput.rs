@@ -19,12 +19,12 @@ use anyhow::Context as _;
 use futures::StreamExt as _;
 use platform::nats::{NatsConfig, StreamLimits};
 use protocol::messaging::{Names, RunEventMessage};
-use switchboard_bench::{Args, accepted_run};
+use switchboard_bench::accepted_run;
 use uuid::Uuid;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::from_process()?;
+    let args = switchboard_bench::args!()?;
     let prefix = args
         .get("prefix", "BENCH_NATS_PREFIX")
         .context("--prefix is required (the workers' SB_NATS_PREFIX)")?;
