@@ -58,6 +58,8 @@ pub struct Options {
     pub worker_concurrency: usize,
     /// Runs of one owner at once per worker replica.
     pub max_runs_per_owner: usize,
+    /// Bytes of each KV bucket (`SB_NATS_KV_MAX_BYTES`); the default when `None`.
+    pub kv_max_bytes: Option<i64>,
     /// Where browsers reach the attachments service (a gateway's origin); its own address when
     /// `None`.
     pub attachments_public_url: Option<String>,
@@ -83,6 +85,7 @@ impl Default for Options {
             worker_concurrency: 4,
             max_runs_per_owner: 4,
             attachments_public_url: None,
+            kv_max_bytes: None,
         }
     }
 }
@@ -144,7 +147,10 @@ impl TestPlatform {
             }
         });
         let infra = Infra::from_env();
-        let nats = infra.fresh_nats();
+        let mut nats = infra.fresh_nats();
+        if let Some(bytes) = options.kv_max_bytes {
+            nats.limits.kv_max_bytes = bytes;
+        }
         let history_db = infra.fresh_database().await?;
         let attachments_db = infra.fresh_database().await?;
         let s3 = infra.fresh_s3();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::DiscardPolicy};
 use platform::nats::{NatsConfig, StreamLimits};
-use switchboard_system_tests::TestPlatform;
+use switchboard_system_tests::{Options, TestPlatform, text_run};
 
 async fn stream_config(js: &jetstream::Context, name: &str) -> jetstream::stream::Config {
     let mut stream = js.get_stream(name).await.unwrap();
@@ -122,4 +122,130 @@ async fn a_full_runs_stream_refuses_new_runs_and_keeps_the_accepted_ones() {
     test_support::remove_nats_prefix(&platform.infra.nats_url, names)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_full_status_bucket_drops_its_oldest_records_and_keeps_taking_new_runs() {
+    use platform::nats::Created;
+    use protocol::messaging::{RunStatus, RunStatusRecord, status_key};
+
+    let platform = TestPlatform::spawn().await.unwrap();
+    let mut config: NatsConfig = platform.infra.fresh_nats();
+    let (_client, js) = platform::nats::connect(&config, "full-status-test")
+        .await
+        .unwrap();
+    config.limits.kv_max_bytes = 16 << 10;
+    let buckets = platform::nats::ensure_run_buckets(&js, &config)
+        .await
+        .unwrap();
+    let names = &config.names;
+    let now = chrono::Utc::now();
+    let runs = 200_u128; // ~300 bytes each: four times what the bucket holds
+    let keys: Vec<String> = (0..runs)
+        .map(|i| status_key("owner-full", &format!("run-{i}"), uuid::Uuid::from_u128(i)))
+        .collect();
+    for (i, key) in (0..runs).zip(&keys) {
+        let record = RunStatusRecord {
+            task_id: uuid::Uuid::from_u128(i),
+            owner: "owner-full".to_owned(),
+            thread_id: format!("thread-{i}"),
+            run_id: format!("run-{i}"),
+            status: RunStatus::Running,
+            cancel_requested: false,
+            created: now,
+            updated_at: now,
+            error: None,
+            alive_at: Some(now),
+        };
+        let created = buckets
+            .run_status
+            .create(key, &record)
+            .await
+            .unwrap_or_else(|err| panic!("the status of run {i} was refused: {err:#}"));
+        assert!(
+            matches!(created, Created::Created(_)),
+            "run {i}: {created:?}"
+        );
+    }
+    let newest = buckets
+        .run_status
+        .get::<RunStatusRecord>(&keys[keys.len() - 1])
+        .await
+        .unwrap();
+    assert_eq!(newest.map(|(r, _)| r.run_id).as_deref(), Some("run-199"));
+    let oldest = buckets
+        .run_status
+        .get::<RunStatusRecord>(&keys[0])
+        .await
+        .unwrap();
+    assert!(oldest.is_none(), "the oldest record made room");
+    let mut stream = js
+        .get_stream(format!("KV_{}", names.run_status_bucket()))
+        .await
+        .unwrap();
+    let info = stream.info().await.unwrap();
+    assert_eq!(info.config.discard, DiscardPolicy::Old);
+    assert!(
+        info.state.bytes <= 16 << 10 && info.state.messages < 200,
+        "{:?}",
+        info.state
+    );
+    let locks = stream_config(&js, &format!("KV_{}", names.thread_locks_bucket())).await;
+    assert_eq!(
+        locks.discard,
+        DiscardPolicy::Old,
+        "every run takes a lock too"
+    );
+    // The buckets that hold what a run still needs refuse instead of forgetting.
+    let prompts = stream_config(&js, &format!("KV_{}", names.prompts_bucket())).await;
+    assert_eq!(prompts.discard, DiscardPolicy::New);
+    test_support::remove_nats_prefix(&platform.infra.nats_url, names)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn with_full_status_and_lock_buckets_new_runs_still_start_and_old_ones_are_answered() {
+    // ~480 bytes a status record: 24 KiB holds about 50 runs' (the locks' bucket fills too).
+    let kv_max_bytes = 24 << 10;
+    let platform = TestPlatform::spawn_with(Options {
+        kv_max_bytes: Some(kv_max_bytes),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let api = platform.api();
+    let alice = platform.infra.token("alice");
+    let runs = 120;
+    for batch in (0..runs).collect::<Vec<_>>().chunks(20) {
+        for i in batch {
+            let thread = uuid::Uuid::now_v7().to_string();
+            let body = text_run(&thread, &format!("full-{i}"), "hello");
+            let (status, answer) = api.post_run(&alice, &body).await.unwrap();
+            assert_eq!(status, 202, "run {i}: {answer}");
+        }
+        for i in batch {
+            api.wait_for_status(&alice, &format!("full-{i}"), "completed")
+                .await
+                .unwrap();
+        }
+    }
+    let names = &platform.nats.names;
+    let (_client, js) = platform::nats::connect(&platform.nats, "full-buckets-test")
+        .await
+        .unwrap();
+    for bucket in [names.run_status_bucket(), names.thread_locks_bucket()] {
+        let mut stream = js.get_stream(format!("KV_{bucket}")).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(
+            state.first_sequence > 1 && state.bytes <= kv_max_bytes as u64,
+            "{bucket} was to drop its oldest records: {state:?}"
+        );
+    }
+    // The first run's status record is gone; history still answers for it.
+    let first = api
+        .wait_for_status(&alice, "full-0", "completed")
+        .await
+        .unwrap();
+    assert_eq!(first["runId"], "full-0", "{first}");
 }

@@ -292,47 +292,41 @@ pub async fn ensure_run_buckets(
     config: &NatsConfig,
 ) -> anyhow::Result<RunBuckets> {
     let (names, limits) = (&config.names, &config.limits);
-    let open = |bucket: String, max_age: Duration| async move {
+    let open = |bucket: String, max_age: Duration, full: stream::DiscardPolicy| async move {
         settled(&bucket.clone(), || {
-            open_bucket(js, limits, bucket.clone(), max_age)
+            open_bucket(js, limits, bucket.clone(), max_age, full)
         })
         .await
     };
+    use stream::DiscardPolicy::{New, Old};
     Ok(RunBuckets {
         // A status record lives as long as the run's events (history keeps every run's status
         // for good): a key per run for 7 days was ~550 bytes of broker memory per run.
-        run_status: open(names.run_status_bucket(), limits.events_max_age).await?,
-        thread_locks: open(names.thread_locks_bucket(), limits.events_max_age).await?,
-        prompts: open(names.prompts_bucket(), limits.runs_max_age).await?,
-        prompt_deadlines: open(names.prompt_deadlines_bucket(), limits.runs_max_age).await?,
-        agents: open(names.agents_bucket(), Duration::ZERO).await?,
+        // Every run writes a status record and its thread's lock, so these two buckets fill
+        // with the runs of a day (~480 bytes a status: 1 GiB is ~2.2M runs). Full, they drop
+        // their oldest records (long-ended runs, whose status history answers, and released
+        // locks); refusing new records instead stopped every new run from starting.
+        run_status: open(names.run_status_bucket(), limits.events_max_age, Old).await?,
+        thread_locks: open(names.thread_locks_bucket(), limits.events_max_age, Old).await?,
+        prompts: open(names.prompts_bucket(), limits.runs_max_age, New).await?,
+        prompt_deadlines: open(names.prompt_deadlines_bucket(), limits.runs_max_age, New).await?,
+        agents: open(names.agents_bucket(), Duration::ZERO, New).await?,
     })
 }
 
-/// Opens the bucket, reconciling its replicas and limits, or creates it.
+/// Opens the bucket or creates it, then reconciles its replicas, limits and what it does when
+/// full (`full`).
 async fn open_bucket(
     js: &jetstream::Context,
     limits: &StreamLimits,
     bucket: String,
     max_age: Duration,
+    full: stream::DiscardPolicy,
 ) -> anyhow::Result<JsonKv> {
-    let store = match js.get_key_value(&bucket).await {
-        Ok(store) => {
-            // A KV bucket is the stream `KV_<bucket>`: its limits reconcile like a stream's.
-            let mut stream = js.get_stream(format!("KV_{bucket}")).await?;
-            let current = stream.info().await?.config.clone();
-            let mut updated = current.clone();
-            updated.num_replicas = limits.replicas;
-            updated.max_bytes = limits.kv_max_bytes;
-            updated.max_age = max_age;
-            if updated != current {
-                tracing::info!(bucket = %bucket, "bucket settings changed; updating");
-                js.update_stream(updated).await?;
-            }
-            store
-        }
-        Err(_) => js
-            .create_key_value(jetstream::kv::Config {
+    let (store, created) = match js.get_key_value(&bucket).await {
+        Ok(store) => (store, false),
+        Err(_) => (
+            js.create_key_value(jetstream::kv::Config {
                 bucket: bucket.clone(),
                 history: 1,
                 max_age,
@@ -343,7 +337,24 @@ async fn open_bucket(
             })
             .await
             .with_context(|| format!("cannot create KV bucket {bucket}"))?,
+            true,
+        ),
     };
+    // A KV bucket is the stream `KV_<bucket>`: its limits reconcile like a stream's, a new
+    // bucket's too (the KV API always creates it refusing writes when full).
+    let mut stream = js.get_stream(format!("KV_{bucket}")).await?;
+    let current = stream.info().await?.config.clone();
+    let mut updated = current.clone();
+    updated.num_replicas = limits.replicas;
+    updated.max_bytes = limits.kv_max_bytes;
+    updated.max_age = max_age;
+    updated.discard = full;
+    if updated != current {
+        if !created {
+            tracing::info!(bucket = %bucket, "bucket settings changed; updating");
+        }
+        js.update_stream(updated).await?;
+    }
     Ok(JsonKv { store })
 }
 
