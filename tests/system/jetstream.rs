@@ -242,10 +242,70 @@ async fn with_full_status_and_lock_buckets_new_runs_still_start_and_old_ones_are
             "{bucket} was to drop its oldest records: {state:?}"
         );
     }
+    // A released lock leaves a marker that expires (a minute), not one kept for a day.
+    let mut locks = js
+        .get_stream(format!("KV_{}", names.thread_locks_bucket()))
+        .await
+        .unwrap();
+    let last = locks.info().await.unwrap().state.last_sequence;
+    let marker = locks.get_raw_message(last).await.unwrap();
+    let header = |name: &str| {
+        marker
+            .headers
+            .get(name)
+            .map(|value| value.as_str().to_owned())
+    };
+    assert_eq!(
+        (header("KV-Operation"), header("Nats-TTL")),
+        (Some("PURGE".to_owned()), Some("60".to_owned())),
+        "{:?}",
+        marker.headers
+    );
     // The first run's status record is gone; history still answers for it.
     let first = api
         .wait_for_status(&alice, "full-0", "completed")
         .await
         .unwrap();
     assert_eq!(first["runId"], "full-0", "{first}");
+}
+
+#[tokio::test]
+async fn a_purged_key_leaves_a_marker_that_expires_with_its_subject() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let config: NatsConfig = platform.infra.fresh_nats();
+    let (_client, js) = platform::nats::connect(&config, "purge-ttl-test")
+        .await
+        .unwrap();
+    let buckets = platform::nats::ensure_run_buckets(&js, &config)
+        .await
+        .unwrap();
+    let names = &config.names;
+    let revision = buckets
+        .thread_locks
+        .put("t.purged", &serde_json::json!({"held": true}))
+        .await
+        .unwrap();
+    buckets
+        .thread_locks
+        .purge_at("t.purged", revision, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let bucket = format!("KV_{}", names.thread_locks_bucket());
+    let mut stream = js.get_stream(&bucket).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 1, "the marker");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let state = stream.info().await.unwrap().state.clone();
+        if state.messages == 0 && state.subjects_count == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the marker never expired: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    test_support::remove_nats_prefix(&platform.infra.nats_url, names)
+        .await
+        .unwrap();
 }

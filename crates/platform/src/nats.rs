@@ -315,7 +315,8 @@ pub async fn ensure_run_buckets(
 }
 
 /// Opens the bucket or creates it, then reconciles its replicas, limits and what it does when
-/// full (`full`).
+/// full (`full`). Every bucket allows per-message TTLs (nats-server 2.11), which
+/// [`JsonKv::purge_at`] uses.
 async fn open_bucket(
     js: &jetstream::Context,
     limits: &StreamLimits,
@@ -349,6 +350,7 @@ async fn open_bucket(
     updated.max_bytes = limits.kv_max_bytes;
     updated.max_age = max_age;
     updated.discard = full;
+    updated.allow_message_ttl = true;
     if updated != current {
         if !created {
             tracing::info!(bucket = %bucket, "bucket settings changed; updating");
@@ -357,6 +359,10 @@ async fn open_bucket(
     }
     Ok(JsonKv { store })
 }
+
+/// How long the marker of a released thread lock stays (then the lock's key is gone from the
+/// broker, instead of costing it memory for a day).
+const RELEASED_LOCK_TTL: Duration = Duration::from_secs(60);
 
 /// How long [`publish_idempotent`] keeps retrying: longer than a stream leader election after
 /// a node loss (a few seconds), well inside the streams' 2-minute duplicate window.
@@ -581,12 +587,24 @@ impl JsonKv {
         }
     }
 
-    /// Deletes `key` if its revision is still `revision`; a moved-on key is left alone.
-    pub async fn delete_at(&self, key: &str, revision: u64) -> anyhow::Result<()> {
-        match self.store.delete_expect_revision(key, Some(revision)).await {
+    /// Removes `key` if its revision is still `revision` (a moved-on key is left alone), leaving
+    /// a purge marker the bucket drops after `marker_ttl`, and with it the key's subject: a
+    /// deleted key's marker would stay for the bucket's max age, costing the broker memory per
+    /// key (BENCHMARKS.md section 9).
+    pub async fn purge_at(
+        &self,
+        key: &str,
+        revision: u64,
+        marker_ttl: Duration,
+    ) -> anyhow::Result<()> {
+        match self
+            .store
+            .purge_expect_revision_with_ttl(key, revision, marker_ttl)
+            .await
+        {
             Ok(()) => Ok(()),
             Err(err) => {
-                tracing::debug!(key, error = %err, "KV key changed before delete; left alone");
+                tracing::debug!(key, error = %err, "KV key changed before purge; left alone");
                 Ok(())
             }
         }
@@ -769,7 +787,9 @@ impl RunBuckets {
         if let Some((holder, revision)) = self.thread_locks.get::<ThreadLock>(&key).await?
             && holder.task_id == task_id
         {
-            self.thread_locks.delete_at(&key, revision).await?;
+            self.thread_locks
+                .purge_at(&key, revision, RELEASED_LOCK_TTL)
+                .await?;
         }
         Ok(())
     }

@@ -13,7 +13,13 @@
 //!   (`<prefix>.runs.accepted.<owner>.<runId>.<threadId>`, each a 128-bit hex digest), message id
 //!   the three digests, `Nats-Expected-Last-Subject-Sequence: 0`;
 //! - `per-thread` (a candidate): `--runs-per-thread` consecutive runs share one subject per
-//!   `(owner, thread)`, message id per run.
+//!   `(owner, thread)`, message id per run;
+//! - `started`: not the accepted run but what a worker leaves in the broker for each run it
+//!   starts, by the platform's own functions: the thread's lock taken (`RunBuckets::claim_thread`)
+//!   and released (`release_thread`), the status record created then replaced by the ended one
+//!   (`run_status`), and `--events-per-run` events (4) on the run's own events subject with the
+//!   worker's message ids (`<taskId>:<seq>`). The RUN_EVENTS stream's duplicate window is set
+//!   with `--dedup-window-secs` too.
 //!
 //! Every message is a real `RunTask::V1` of a run parsed as the service parses it; `--text-bytes`
 //! pads the user text so messages have the size of real conversations (2,200 B by default, the
@@ -27,8 +33,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_nats::jetstream;
 use futures::StreamExt as _;
+use platform::nats::Claim;
 use platform::nats::NatsConfig;
-use protocol::messaging::{Names, RunTask, digest};
+use protocol::agui::Event;
+use protocol::messaging::{
+    Names, RunEventMessage, RunEventV1, RunStatus, RunStatusRecord, RunTask, RunTaskV1, digest,
+    status_key,
+};
 use serde_json::json;
 use switchboard_bench::{Tally, accepted_run, print_line};
 use uuid::Uuid;
@@ -38,6 +49,7 @@ enum Layout {
     Queue,
     PerRun,
     PerThread,
+    Started,
 }
 
 struct Settings {
@@ -49,6 +61,8 @@ struct Settings {
     concurrency: usize,
     max_time: Duration,
     text: String,
+    events_per_run: u64,
+    buckets: Option<platform::nats::RunBuckets>,
 }
 
 #[tokio::main]
@@ -68,10 +82,11 @@ async fn main() -> anyhow::Result<()> {
         "queue" => Layout::Queue,
         "per-run" => Layout::PerRun,
         "per-thread" => Layout::PerThread,
-        other => anyhow::bail!("--layout {other:?}: use queue, per-run or per-thread"),
+        "started" => Layout::Started,
+        other => anyhow::bail!("--layout {other:?}: use queue, per-run, per-thread or started"),
     };
     let text_bytes: usize = args.parsed("text-bytes", "BENCH_TEXT_BYTES", 2_000)?;
-    let settings = Settings {
+    let mut settings = Settings {
         names: Names::new(&prefix)?,
         layout,
         count: args.parsed("count", "BENCH_COUNT", 100_000_u64)?,
@@ -88,6 +103,8 @@ async fn main() -> anyhow::Result<()> {
             1800.0,
         )?),
         text: "x".repeat(text_bytes),
+        events_per_run: args.parsed("events-per-run", "BENCH_EVENTS_PER_RUN", 4_u64)?,
+        buckets: None,
     };
     let config = NatsConfig {
         url,
@@ -97,22 +114,33 @@ async fn main() -> anyhow::Result<()> {
     };
     let (_client, js) = platform::nats::connect(&config, "bench-broker-fill").await?;
     if args.get("mode", "BENCH_MODE").as_deref() == Some("cleanup") {
-        for stream in [
-            settings.names.runs_stream(),
-            settings.names.run_events_stream(),
-        ] {
+        let names = &settings.names;
+        let buckets = [names.run_status_bucket(), names.thread_locks_bucket()];
+        for stream in [names.runs_stream(), names.run_events_stream()]
+            .into_iter()
+            .chain(buckets.iter().map(|bucket| format!("KV_{bucket}")))
+        {
             let _ = js.delete_stream(&stream).await;
         }
         writeln!(std::io::stdout().lock(), "{}", json!({"deleted": prefix}))?;
         return Ok(());
     }
     platform::nats::ensure_streams(&js, &config).await?;
+    if settings.layout == Layout::Started {
+        settings.buckets = Some(platform::nats::ensure_run_buckets(&js, &config).await?);
+    }
     if let Some(secs) = args.get("dedup-window-secs", "BENCH_DEDUP_WINDOW_SECS") {
         let secs: f64 = secs.parse().context("--dedup-window-secs")?;
-        let mut stream = js.get_stream(settings.names.runs_stream()).await?;
-        let mut config = stream.info().await?.config.clone();
-        config.duplicate_window = Duration::from_secs_f64(secs);
-        js.update_stream(config).await?;
+        let mut streams = vec![settings.names.runs_stream()];
+        if settings.layout == Layout::Started {
+            streams.push(settings.names.run_events_stream());
+        }
+        for name in streams {
+            let mut stream = js.get_stream(name).await?;
+            let mut config = stream.info().await?.config.clone();
+            config.duplicate_window = Duration::from_secs_f64(secs);
+            js.update_stream(config).await?;
+        }
     }
 
     let started = Instant::now();
@@ -152,6 +180,9 @@ async fn publish_one(
         user.content = protocol::run_input::UserContent::Text(settings.text.clone());
     }
     let run_id = task.input.run_id.clone();
+    if settings.layout == Layout::Started {
+        return start_one(js, settings, &task).await;
+    }
     let size = serde_json::to_vec(&RunTask::V1(task.clone()))?.len();
     let sent = Instant::now();
     if settings.layout == Layout::Queue {
@@ -186,4 +217,73 @@ async fn publish_one(
         "JetStream took a benchmark run for a duplicate"
     );
     Ok((sent.elapsed(), size))
+}
+
+/// What a worker leaves in the broker for one run it starts and ends (the `started` layout):
+/// returns the time it took and the bytes of its events.
+async fn start_one(
+    js: &jetstream::Context,
+    settings: &Settings,
+    task: &RunTaskV1,
+) -> anyhow::Result<(Duration, usize)> {
+    let buckets = settings
+        .buckets
+        .as_ref()
+        .context("the started layout opens the run buckets first")?;
+    let started = Instant::now();
+    let claim = buckets.claim_thread(task, true).await?;
+    anyhow::ensure!(
+        claim == Claim::Claimed,
+        "thread of run {} busy",
+        task.input.run_id
+    );
+    let key = status_key(&task.owner, &task.input.run_id, task.task_id);
+    let now = chrono::Utc::now();
+    let mut record = RunStatusRecord {
+        task_id: task.task_id,
+        owner: task.owner.clone(),
+        thread_id: task.input.thread_id.clone(),
+        run_id: task.input.run_id.clone(),
+        status: RunStatus::Running,
+        cancel_requested: false,
+        created: task.accepted_at,
+        updated_at: now,
+        error: None,
+        alive_at: Some(now),
+    };
+    buckets.run_status.create(&key, &record).await?;
+    let subject = settings.names.run_event_subject(task.task_id);
+    let mut bytes = 0;
+    for seq in 1..=settings.events_per_run {
+        let event = RunEventMessage::V1(RunEventV1 {
+            task_id: task.task_id,
+            owner: task.owner.clone(),
+            thread_id: task.input.thread_id.clone(),
+            run_id: task.input.run_id.clone(),
+            seq,
+            emitted_at: chrono::Utc::now(),
+            event: Event::RunStarted {
+                thread_id: task.input.thread_id.clone(),
+                run_id: task.input.run_id.clone(),
+            },
+        });
+        let payload = serde_json::to_vec(&event)?;
+        bytes += payload.len();
+        let headers = platform::nats::publish_headers(&format!("{}:{seq}", task.task_id));
+        let ack = js
+            .publish_with_headers(subject.clone(), headers, payload.into())
+            .await?
+            .await?;
+        anyhow::ensure!(
+            !ack.duplicate,
+            "JetStream took a benchmark event for a duplicate"
+        );
+    }
+    record.status = RunStatus::Completed;
+    record.updated_at = chrono::Utc::now();
+    buckets.run_status.put(&key, &record).await?;
+    buckets
+        .release_thread(&task.owner, &task.input.thread_id, task.task_id)
+        .await?;
+    Ok((started.elapsed(), bytes))
 }
