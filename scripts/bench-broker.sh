@@ -11,7 +11,8 @@
 #
 # Settings: BENCH_CHECKPOINTS (1000000,5000000,10000000), BENCH_TEXT_BYTES (2000: messages of
 # ~2.2 KB), BENCH_DEDUP_WINDOW_SECS (1: see BENCHMARKS 9 for why), BENCH_ACCEPT (0),
-# BENCH_MAX_SECONDS (per fill step, 3600). Everything stops by itself: every fill step is bounded
+# BENCH_MAX_SECONDS (per fill step, 3600), BENCH_IDLE_SECS (idle before each reading, 5),
+# BENCH_BIN (a directory of saved binaries to measure instead of building). Everything stops by itself: every fill step is bounded
 # in count and time, wrk by -d; the private server and its store are removed on exit
 # (BENCH_KEEP=1 keeps the store). Output: .data/bench/broker-<layout>-<time>/.
 source "$(dirname "$0")/lib/common.sh"
@@ -21,7 +22,7 @@ LAYOUT="${1:-queue}"
 CHECKPOINTS="${BENCH_CHECKPOINTS:-1000000,5000000,10000000}"
 OUT="${BENCH_OUT:-$DATA/bench/broker-$LAYOUT-$(date +%Y%m%dT%H%M%S)}"
 STORE="$OUT/store"
-BIN="$ROOT/target/release"
+BIN="${BENCH_BIN:-$ROOT/target/release}"
 mkdir -p "$OUT"
 
 "$ROOT/scripts/infra.sh" >/dev/null   # installs nats-server (and the rest) if missing
@@ -30,8 +31,10 @@ if [ "${BENCH_ACCEPT:-0}" = 1 ] && ! command -v wrk >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
-log "building broker-fill and switchboard-runs (release)"
-cargo build --release --locked --quiet -p switchboard-bench -p switchboard-runs
+if [ -z "${BENCH_BIN:-}" ]; then
+  log "building broker-fill and switchboard-runs (release)"
+  cargo build --release --locked --quiet -p switchboard-bench -p switchboard-runs
+fi
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
@@ -105,7 +108,7 @@ for mark in "${marks[@]}"; do
     --dedup-window-secs "${BENCH_DEDUP_WINDOW_SECS:-1}" --events-per-run "${BENCH_EVENTS_PER_RUN:-4}" \
     --max-seconds "${BENCH_MAX_SECONDS:-3600}" | tee -a "$OUT/fill.jsonl" >"$OUT/last.json"
   done_count=$mark
-  sleep 5 # let the duplicate window and the write cache of the last step lapse
+  sleep "${BENCH_IDLE_SECS:-5}" # let the duplicate window and the write cache of the last step lapse
   rate="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["rate_per_s"]), d["p99_ms"])' "$OUT/last.json")"
   accept="-"
   [ "${BENCH_ACCEPT:-0}" = 1 ] && accept="$(accept_rate "$mark")"
