@@ -229,6 +229,24 @@ pub struct RunStatusRecord {
     pub alive_at: Option<DateTime<Utc>>,
 }
 
+impl RunStatusRecord {
+    /// The record of `task`'s run as its worker starts it at `now`: running, and alive.
+    pub fn running(task: &RunTaskV1, now: DateTime<Utc>) -> Self {
+        Self {
+            task_id: task.task_id,
+            owner: task.owner.clone(),
+            thread_id: task.input.thread_id.clone(),
+            run_id: task.input.run_id.clone(),
+            status: RunStatus::Running,
+            cancel_requested: false,
+            created: task.accepted_at,
+            updated_at: now,
+            error: None,
+            alive_at: Some(now),
+        }
+    }
+}
+
 /// Key of a task's status record: `run.<digest of owner and run id>.<task id>`, so the owner's
 /// runs with one run id are found by [`status_pattern`] without any other index.
 pub fn status_key(owner: &str, run_id: &str, task_id: Uuid) -> String {

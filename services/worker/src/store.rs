@@ -99,7 +99,7 @@ impl RunStore {
     /// says whether a cancel is in it (it came first, so the run starts cancelled).
     pub(crate) async fn mark_running(&self, task: &RunTaskV1) -> anyhow::Result<Started> {
         let key = task_status_key(task);
-        let running = running_record(task, Utc::now());
+        let running = RunStatusRecord::running(task, Utc::now());
         if self.buckets.run_status.create(&key, &running).await? == Created::Exists {
             let existing = self.buckets.run_status.get::<RunStatusRecord>(&key).await?;
             if existing.is_some_and(|(record, _)| cancelled_first(&record)) {
@@ -217,22 +217,6 @@ fn task_status_key(task: &RunTaskV1) -> String {
     status_key(&task.owner, &task.input.run_id, task.task_id)
 }
 
-/// The status record of a run its worker starts at `now`: running, and alive.
-fn running_record(task: &RunTaskV1, now: DateTime<Utc>) -> RunStatusRecord {
-    RunStatusRecord {
-        task_id: task.task_id,
-        owner: task.owner.clone(),
-        thread_id: task.input.thread_id.clone(),
-        run_id: task.input.run_id.clone(),
-        status: RunStatus::Running,
-        cancel_requested: false,
-        created: task.accepted_at,
-        updated_at: now,
-        error: None,
-        alive_at: Some(now),
-    }
-}
-
 /// Whether a status record found when starting says the run was cancelled first.
 fn cancelled_first(record: &RunStatusRecord) -> bool {
     record.cancel_requested || record.status == RunStatus::Cancelled
@@ -282,14 +266,14 @@ mod tests {
     fn record(status: RunStatus) -> RunStatusRecord {
         RunStatusRecord {
             status,
-            ..running_record(&task(), at(0))
+            ..RunStatusRecord::running(&task(), at(0))
         }
     }
 
     #[test]
     fn a_started_run_is_recorded_running_and_alive_with_its_ids() {
         let task = task();
-        let started = running_record(&task, at(5));
+        let started = RunStatusRecord::running(&task, at(5));
         assert_eq!(started.task_id, task.task_id);
         assert_eq!(started.owner, "user-1");
         assert_eq!(started.thread_id, "th");

@@ -238,19 +238,7 @@ async fn start_one(
         task.input.run_id
     );
     let key = status_key(&task.owner, &task.input.run_id, task.task_id);
-    let now = chrono::Utc::now();
-    let mut record = RunStatusRecord {
-        task_id: task.task_id,
-        owner: task.owner.clone(),
-        thread_id: task.input.thread_id.clone(),
-        run_id: task.input.run_id.clone(),
-        status: RunStatus::Running,
-        cancel_requested: false,
-        created: task.accepted_at,
-        updated_at: now,
-        error: None,
-        alive_at: Some(now),
-    };
+    let mut record = RunStatusRecord::running(task, chrono::Utc::now());
     buckets.run_status.create(&key, &record).await?;
     let subject = settings.names.run_event_subject(task.task_id);
     let mut bytes = 0;
