@@ -168,6 +168,33 @@ pub fn print_line(
     Ok(())
 }
 
+/// Deletes every stream of the prefix (`<P>_*`, and `KV_<P>_*` for KV buckets), what a
+/// benchmark left on a shared NATS server, and prints one JSON line naming them.
+pub async fn cleanup(
+    js: &async_nats::jetstream::Context,
+    names: &protocol::messaging::Names,
+) -> anyhow::Result<()> {
+    let runs_stream = names.runs_stream();
+    let stem = runs_stream
+        .strip_suffix("RUNS")
+        .context("unexpected RUNS stream name")?;
+    let kv_stem = format!("KV_{stem}");
+    let streams: Vec<String> = futures::TryStreamExt::try_collect(js.stream_names()).await?;
+    let mut deleted = Vec::new();
+    for stream in streams {
+        if (stream.starts_with(stem) || stream.starts_with(&kv_stem))
+            && js.delete_stream(&stream).await.is_ok()
+        {
+            deleted.push(stream);
+        }
+    }
+    let line =
+        serde_json::json!({"target": "cleanup", "prefix": names.prefix(), "deleted": deleted});
+    use std::io::Write as _;
+    writeln!(std::io::stdout().lock(), "{line}")?;
+    Ok(())
+}
+
 /// `--name value` pairs of the command line (a bare first argument is kept under `""`).
 #[derive(Debug, Default)]
 pub struct Args {

@@ -211,20 +211,38 @@ async fn reconcile(js: &jetstream::Context, wanted: stream::Config) -> anyhow::R
             return Ok(());
         }
     };
-    let current = existing.info().await?.config.clone();
-    let mut updated = current.clone();
-    updated.subjects = wanted.subjects;
-    updated.max_age = wanted.max_age;
-    updated.max_bytes = wanted.max_bytes;
-    updated.max_message_size = wanted.max_message_size;
-    updated.num_replicas = wanted.num_replicas;
-    updated.discard = wanted.discard;
-    updated.duplicate_window = wanted.duplicate_window;
-    if updated != current {
-        tracing::info!(stream = %updated.name, "stream settings changed; updating");
-        js.update_stream(updated).await?;
+    let name = wanted.name.clone();
+    let changed = update_settings(js, &mut existing, |config| {
+        config.subjects = wanted.subjects;
+        config.max_age = wanted.max_age;
+        config.max_bytes = wanted.max_bytes;
+        config.max_message_size = wanted.max_message_size;
+        config.num_replicas = wanted.num_replicas;
+        config.discard = wanted.discard;
+        config.duplicate_window = wanted.duplicate_window;
+    })
+    .await?;
+    if changed {
+        tracing::info!(stream = %name, "stream settings changed; updated");
     }
     Ok(())
+}
+
+/// Applies `change` to the settings of `stream` and updates the stream when that changes them;
+/// `true` if it did.
+async fn update_settings(
+    js: &jetstream::Context,
+    stream: &mut stream::Stream,
+    change: impl FnOnce(&mut stream::Config),
+) -> anyhow::Result<bool> {
+    let current = stream.info().await?.config.clone();
+    let mut updated = current.clone();
+    change(&mut updated);
+    if updated == current {
+        return Ok(false);
+    }
+    js.update_stream(updated).await?;
+    Ok(true)
 }
 
 /// Headers for a JetStream publish: the de-duplication id and the current trace context.
@@ -344,18 +362,16 @@ async fn open_bucket(
     // A KV bucket is the stream `KV_<bucket>`: its limits reconcile like a stream's, a new
     // bucket's too (the KV API always creates it refusing writes when full).
     let mut stream = js.get_stream(format!("KV_{bucket}")).await?;
-    let current = stream.info().await?.config.clone();
-    let mut updated = current.clone();
-    updated.num_replicas = limits.replicas;
-    updated.max_bytes = limits.kv_max_bytes;
-    updated.max_age = max_age;
-    updated.discard = full;
-    updated.allow_message_ttl = true;
-    if updated != current {
-        if !created {
-            tracing::info!(bucket = %bucket, "bucket settings changed; updating");
-        }
-        js.update_stream(updated).await?;
+    let changed = update_settings(js, &mut stream, |config| {
+        config.num_replicas = limits.replicas;
+        config.max_bytes = limits.kv_max_bytes;
+        config.max_age = max_age;
+        config.discard = full;
+        config.allow_message_ttl = true;
+    })
+    .await?;
+    if changed && !created {
+        tracing::info!(bucket = %bucket, "bucket settings changed; updated");
     }
     Ok(JsonKv { store })
 }

@@ -27,7 +27,6 @@
 //! the count, the rate and the publish-to-ack latency. `--mode cleanup` deletes the prefix's
 //! streams instead.
 
-use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -114,16 +113,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let (_client, js) = platform::nats::connect(&config, "bench-broker-fill").await?;
     if args.get("mode", "BENCH_MODE").as_deref() == Some("cleanup") {
-        let names = &settings.names;
-        let buckets = [names.run_status_bucket(), names.thread_locks_bucket()];
-        for stream in [names.runs_stream(), names.run_events_stream()]
-            .into_iter()
-            .chain(buckets.iter().map(|bucket| format!("KV_{bucket}")))
-        {
-            let _ = js.delete_stream(&stream).await;
-        }
-        writeln!(std::io::stdout().lock(), "{}", json!({"deleted": prefix}))?;
-        return Ok(());
+        return switchboard_bench::cleanup(&js, &settings.names).await;
     }
     platform::nats::ensure_streams(&js, &config).await?;
     if settings.layout == Layout::Started {

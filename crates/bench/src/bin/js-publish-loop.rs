@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use async_nats::jetstream;
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::StreamExt as _;
 use platform::nats::NatsConfig;
 use protocol::messaging::{Names, RunTask};
 use serde_json::json;
@@ -88,7 +88,7 @@ async fn main() -> anyhow::Result<()> {
         .as_str()
     {
         "publish" => {}
-        "cleanup" => return cleanup(&js, &settings.names).await,
+        "cleanup" => return switchboard_bench::cleanup(&js, &settings.names).await,
         "register-agent" => return register_agent(&js, &config).await,
         other => anyhow::bail!("--mode {other:?}: use publish, register-agent or cleanup"),
     }
@@ -118,27 +118,6 @@ async fn register_agent(js: &jetstream::Context, config: &NatsConfig) -> anyhow:
     agents.register(&buckets.agents).await?;
     let line =
         json!({"target": "register-agent", "prefix": config.names.prefix(), "agent": "echo"});
-    writeln!(std::io::stdout().lock(), "{line}")?;
-    Ok(())
-}
-
-/// Deletes every stream of the prefix (`<P>_*`, and `KV_<P>_*` for KV buckets).
-async fn cleanup(js: &jetstream::Context, names: &Names) -> anyhow::Result<()> {
-    let runs_stream = names.runs_stream();
-    let stem = runs_stream
-        .strip_suffix("RUNS")
-        .context("unexpected RUNS stream name")?;
-    let kv_stem = format!("KV_{stem}");
-    let streams: Vec<String> = js.stream_names().try_collect().await?;
-    let mut deleted = Vec::new();
-    for stream in streams {
-        if (stream.starts_with(stem) || stream.starts_with(&kv_stem))
-            && js.delete_stream(&stream).await.is_ok()
-        {
-            deleted.push(stream);
-        }
-    }
-    let line = json!({"target": "cleanup", "prefix": names.prefix(), "deleted": deleted});
     writeln!(std::io::stdout().lock(), "{line}")?;
     Ok(())
 }
