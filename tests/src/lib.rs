@@ -63,6 +63,9 @@ pub struct Options {
     /// Where browsers reach the attachments service (a gateway's origin); its own address when
     /// `None`.
     pub attachments_public_url: Option<String>,
+    /// The worker's remote agents file (`SB_WORKER_AGENTS_FILE`); built-in agents only when
+    /// `None`.
+    pub agents_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -86,6 +89,7 @@ impl Default for Options {
             max_runs_per_owner: 4,
             attachments_public_url: None,
             kv_max_bytes: None,
+            agents_file: None,
         }
     }
 }
@@ -202,6 +206,7 @@ impl TestPlatform {
             openai: options.openai.clone(),
             s3: Some(s3.clone()),
             extraction: worker::attachments::ExtractionConfig::default(),
+            agents_file: options.agents_file.clone(),
         };
         let worker = worker::Application::build(worker_config.clone()).await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");

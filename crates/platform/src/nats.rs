@@ -299,9 +299,21 @@ pub struct RunBuckets {
     pub prompts: JsonKv,
     /// Deadlines of pending prompts that have a timeout (same keys as `prompts`).
     pub prompt_deadlines: JsonKv,
-    /// The cards of the agents workers run (`agent.<name>`), kept until replaced.
+    /// The cards of the agents workers run (`agent.<name>`), each kept [`AGENT_CARD_TTL`]
+    /// after its last registration: the workers that run an agent re-register it every
+    /// [`AGENT_REFRESH`], so an agent no worker serves any more leaves the bucket (a delete
+    /// marker tells the watchers) within a minute.
     pub agents: JsonKv,
+    /// A remote agent's state and pending interrupts per thread (`state.<digest>`).
+    pub thread_state: JsonKv,
 }
+
+/// How long an agent card stays without being registered again.
+pub const AGENT_CARD_TTL: Duration = Duration::from_secs(60);
+/// How often a worker registers its agents' cards again.
+pub const AGENT_REFRESH: Duration = Duration::from_secs(15);
+/// How long a thread's remote-agent state is kept after its last run.
+pub const THREAD_STATE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Creates (or opens, reconciling replicas and limits) the run lifecycle buckets. Safe to call
 /// from every replica.
@@ -328,7 +340,9 @@ pub async fn ensure_run_buckets(
         thread_locks: open(names.thread_locks_bucket(), limits.events_max_age, Old).await?,
         prompts: open(names.prompts_bucket(), limits.runs_max_age, New).await?,
         prompt_deadlines: open(names.prompt_deadlines_bucket(), limits.runs_max_age, New).await?,
-        agents: open(names.agents_bucket(), Duration::ZERO, New).await?,
+        agents: open(names.agents_bucket(), AGENT_CARD_TTL, New).await?,
+        // Full, the oldest threads' states go first (an agent then starts that thread afresh).
+        thread_state: open(names.thread_state_bucket(), THREAD_STATE_MAX_AGE, Old).await?,
     })
 }
 
@@ -368,6 +382,10 @@ async fn open_bucket(
         config.max_age = max_age;
         config.discard = full;
         config.allow_message_ttl = true;
+        // A key that ages out of a short-lived bucket (the agent cards) leaves a marker, so
+        // watchers learn it is gone; the marker itself goes after as long again.
+        config.subject_delete_marker_ttl =
+            (!max_age.is_zero() && max_age <= AGENT_CARD_TTL).then_some(max_age);
     })
     .await?;
     if changed && !created {

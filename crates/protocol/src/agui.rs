@@ -128,12 +128,52 @@ pub enum Event {
         /// Event value.
         value: Value,
     },
+    /// Any other AG-UI event (`MESSAGES_SNAPSHOT`, reasoning, activity, `RAW`, ...) as a remote
+    /// agent sent it: its `type` and every field verbatim. Only what [`is_relayed_type`] names
+    /// is relayed; a known type above that fails to parse lands here too, so a producer checks
+    /// [`Event::other_type`] against that list.
+    #[serde(untagged)]
+    Other(Map<String, Value>),
+}
+
+/// The AG-UI event types (1.0, with the older `THINKING_*` names) that pass through the relay
+/// as [`Event::Other`]: none of them changes a run's messages as history keeps them.
+pub const RELAYED_TYPES: &[&str] = &[
+    "MESSAGES_SNAPSHOT",
+    "ACTIVITY_SNAPSHOT",
+    "ACTIVITY_DELTA",
+    "RAW",
+    "REASONING_START",
+    "REASONING_MESSAGE_START",
+    "REASONING_MESSAGE_CONTENT",
+    "REASONING_MESSAGE_END",
+    "REASONING_MESSAGE_CHUNK",
+    "REASONING_END",
+    "REASONING_ENCRYPTED_VALUE",
+    "THINKING_START",
+    "THINKING_END",
+    "THINKING_TEXT_MESSAGE_START",
+    "THINKING_TEXT_MESSAGE_CONTENT",
+    "THINKING_TEXT_MESSAGE_END",
+];
+
+/// Whether `kind` is one of [`RELAYED_TYPES`].
+pub fn is_relayed_type(kind: &str) -> bool {
+    RELAYED_TYPES.contains(&kind)
 }
 
 impl Event {
     /// Whether this event ends the run: nothing may follow it.
     pub fn is_terminal(&self) -> bool {
         matches!(self, Event::RunFinished { .. } | Event::RunError { .. })
+    }
+
+    /// The `type` of an [`Event::Other`]; `None` for the typed variants.
+    pub fn other_type(&self) -> Option<&str> {
+        match self {
+            Event::Other(fields) => fields.get("type").and_then(Value::as_str),
+            _ => None,
+        }
     }
 }
 

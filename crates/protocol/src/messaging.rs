@@ -140,6 +140,12 @@ impl Names {
         format!("{}.history.run-lookup", self.prefix)
     }
 
+    /// Request/reply subject on which history answers a thread's earlier messages in AG-UI form
+    /// (for a remote agent, which keeps nothing between runs).
+    pub fn history_thread_messages_subject(&self) -> String {
+        format!("{}.history.thread-messages", self.prefix)
+    }
+
     fn bucket(&self, name: &str) -> String {
         format!(
             "{}_{name}",
@@ -166,6 +172,12 @@ impl Names {
     /// KV bucket of human-in-the-loop prompts (one store for every transport).
     pub fn prompts_bucket(&self) -> String {
         self.bucket("PROMPTS")
+    }
+
+    /// KV bucket of each thread's last agent state (`state.<digest>`), sent to a remote agent
+    /// with the thread's next run when the client sends none.
+    pub fn thread_state_bucket(&self) -> String {
+        self.bucket("THREAD_STATE")
     }
 
     /// KV bucket of the deadlines of pending prompts with a timeout (what the sweeper scans).
@@ -393,6 +405,55 @@ pub enum RunLookupReply {
     },
     /// History has not written every run up to `runs_seq` yet (it is behind or catching up):
     /// the answer would not be authoritative.
+    #[serde(rename = "1-behind")]
+    Behind,
+}
+
+/// Most messages a [`ThreadMessagesRequest`] may ask for.
+pub const MAX_THREAD_MESSAGES: u32 = 1_000;
+
+/// Request on [`Names::history_thread_messages_subject`]: the messages of a thread written
+/// before a run, in AG-UI form, for a remote agent (it keeps nothing between requests).
+/// Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ThreadMessagesRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The caller's `sub`: another owner's thread has no messages.
+        owner: String,
+        /// The thread.
+        thread_id: String,
+        /// The run asking: its own messages are left out (the agent gets them from its task).
+        task_id: Uuid,
+        /// Sequence of the asking run's task in the RUNS stream: history answers only once it
+        /// has written every run up to it and every event of the thread's earlier runs, so the
+        /// previous run's reply is never missing (read-your-writes); otherwise
+        /// [`ThreadMessagesReply::Behind`].
+        runs_seq: u64,
+        /// At most this many (the most recent), up to [`MAX_THREAD_MESSAGES`].
+        limit: u32,
+    },
+}
+
+/// Answer to a [`ThreadMessagesRequest`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ThreadMessagesReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// Oldest first. A user message exactly as its run's input carried it (same id, same
+        /// content shape); an assistant message `{id, role, content?, toolCalls?}` (toolCalls
+        /// as `[{id, type: "function", function: {name, arguments}}]`); a tool result
+        /// `{id, role: "tool", toolCallId, content}`.
+        messages: Vec<serde_json::Value>,
+        /// Whether older messages were left out by `limit`.
+        truncated: bool,
+    },
+    /// History has not written every run up to `runs_seq`, or an earlier run of the thread
+    /// has events not written yet: ask again shortly.
     #[serde(rename = "1-behind")]
     Behind,
 }

@@ -26,6 +26,19 @@ pub struct ModelInput<'a> {
     /// The user message's files (`task.attachments`, at most 3), read and extracted, or why
     /// they could not be.
     pub attachments: Vec<AttachmentContent>,
+    /// Where the task is in the RUNS stream (what history's read-your-writes answers wait for).
+    pub runs_seq: u64,
+}
+
+/// A run an agent ended on purpose with a code and a message safe to show (a remote agent that
+/// misbehaved, say): the run ends `RUN_ERROR` with them, not the generic `agent_error`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct AgentFailure {
+    /// The `RUN_ERROR` code.
+    pub code: &'static str,
+    /// The `RUN_ERROR` message.
+    pub message: String,
 }
 
 impl<'a> ModelInput<'a> {
@@ -36,7 +49,15 @@ impl<'a> ModelInput<'a> {
             task,
             system_prompt: build_tools_prompt(tools),
             attachments: Vec::new(),
+            runs_seq: 0,
         }
+    }
+
+    /// The same input, its task at `runs_seq` in the RUNS stream.
+    #[must_use]
+    pub fn at_runs_seq(mut self, runs_seq: u64) -> Self {
+        self.runs_seq = runs_seq;
+        self
     }
 
     /// The same input with the content of the user message's files.
@@ -107,6 +128,12 @@ impl<'a> ModelInput<'a> {
 pub trait Agent: Send + Sync + 'static {
     /// Its name, description and schemas (`default` is set by the worker).
     fn card(&self) -> anyhow::Result<AgentCard>;
+
+    /// Whether it needs the user's files read and extracted before it runs (an agent given
+    /// links to them does not).
+    fn reads_attachments(&self) -> bool {
+        true
+    }
 
     /// Runs the agent, publishing its events.
     fn run<'a>(

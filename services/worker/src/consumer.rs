@@ -217,13 +217,14 @@ impl RunConsumer {
         client: async_nats::Client,
         js: jetstream::Context,
         nats: &platform::nats::NatsConfig,
+        buckets: platform::nats::RunBuckets,
         agents: Arc<AgentSet>,
         reader: Option<AttachmentReader>,
         capacity: Capacity,
         ack_wait: Duration,
     ) -> anyhow::Result<Self> {
         let names = nats.names.clone();
-        let store = RunStore::open(&js, nats).await?;
+        let store = RunStore::new(buckets);
         store
             .register_agents(&agents)
             .await
@@ -272,6 +273,31 @@ impl RunConsumer {
             self.store.clone(),
             shutdown.clone(),
         ));
+        // Cards expire unless registered again (platform::nats::AGENT_CARD_TTL): an agent no
+        // worker serves any more leaves the catalog within a minute.
+        let refresher = {
+            let (store, agents, shutdown) = (
+                self.store.clone(),
+                Arc::clone(&self.agents),
+                shutdown.clone(),
+            );
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(platform::nats::AGENT_REFRESH);
+                every.tick().await;
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        _ = every.tick() => {}
+                    }
+                    if let Err(err) = store.register_agents(&agents).await {
+                        tracing::warn!(
+                            error = format!("{err:#}"),
+                            "agent cards not registered again"
+                        );
+                    }
+                }
+            })
+        };
         let lag = platform::metrics::watch_consumer_lag(
             self.consumer.clone(),
             WORKER_CONSUMER,
@@ -307,6 +333,7 @@ impl RunConsumer {
             }
         }
         listener.abort();
+        refresher.abort();
         sweeper.abort();
         lag.abort();
         tracing::info!("worker consumer stopped");
@@ -404,7 +431,8 @@ impl RunConsumer {
         // Progress heartbeats while the run goes on, so a long run is never redelivered while
         // its worker is alive, and a dead worker's run is redelivered within ACK_WAIT.
         let processed = {
-            let work = std::pin::pin!(self.process(&task).instrument(span));
+            let runs_seq = message.info().map_or(0, |info| info.stream_sequence);
+            let work = std::pin::pin!(self.process(&task, runs_seq).instrument(span));
             let mut work = work;
             let mut beat = tokio::time::interval(self.heartbeat);
             beat.tick().await;
@@ -454,7 +482,7 @@ impl RunConsumer {
 
     /// One run: claim its thread, mark it running, run the agent between `RUN_STARTED` and a
     /// terminal event, record the outcome, release the thread. Fails only when NATS does.
-    async fn process(&self, task: &RunTaskV1) -> anyhow::Result<Processed> {
+    async fn process(&self, task: &RunTaskV1, runs_seq: u64) -> anyhow::Result<Processed> {
         let record = self.store.status_of(task).await?;
         let alive_at = record.as_ref().and_then(|r| r.alive_at);
         let status = record.map(|r| r.status);
@@ -491,7 +519,7 @@ impl RunConsumer {
         metrics::counter!("switchboard_runs_started_total").increment(1);
         let in_flight =
             platform::metrics::GaugeGuard::new(metrics::gauge!("switchboard_runs_in_flight"));
-        let outcome = self.run_agent(task, token).await;
+        let outcome = self.run_agent(task, runs_seq, token).await;
         drop(in_flight);
         if let Ok(mut running) = self.running.lock() {
             running.remove(&task.task_id);
@@ -507,6 +535,7 @@ impl RunConsumer {
     async fn run_agent(
         &self,
         task: &RunTaskV1,
+        runs_seq: u64,
         token: CancellationToken,
     ) -> anyhow::Result<RunEnd> {
         // A cancel that reached the run before its worker did stops the agent before it starts.
@@ -532,7 +561,6 @@ impl RunConsumer {
             })
             .await?;
         }
-        let attachments = self.read_attachments(task, &token).await;
         let Some((agent, card)) = self.agents.get(task.agent.as_deref()) else {
             let message = format!(
                 "this worker runs no agent named {:?}",
@@ -540,7 +568,14 @@ impl RunConsumer {
             );
             return fail(&mut sink, message, "unknown_agent").await;
         };
-        let input = ModelInput::new(task).with_attachments(attachments);
+        let attachments = if agent.reads_attachments() {
+            self.read_attachments(task, &token).await
+        } else {
+            Vec::new()
+        };
+        let input = ModelInput::new(task)
+            .with_attachments(attachments)
+            .at_runs_seq(runs_seq);
         let result = if token.is_cancelled() {
             Err(crate::sink::Cancelled.into())
         } else {
@@ -558,10 +593,11 @@ impl RunConsumer {
                     None => None,
                     Some(prompt) => Some(self.store_prompt(task, prompt).await?),
                 };
+                let result = sink.take_result();
                 sink.finish(Event::RunFinished {
                     thread_id: task.input.thread_id.clone(),
                     run_id: task.input.run_id.clone(),
-                    result: None,
+                    result,
                     outcome,
                 })
                 .await?;
@@ -577,10 +613,16 @@ impl RunConsumer {
                 tracing::info!("run cancelled");
                 Ok(RunEnd::new(RunStatus::Cancelled, None))
             }
-            Err(err) => {
-                tracing::warn!(error = format!("{err:#}"), "agent failed");
-                fail(&mut sink, "the agent failed".to_owned(), "agent_error").await
-            }
+            Err(err) => match err.downcast::<crate::agent::AgentFailure>() {
+                Ok(failure) => {
+                    tracing::warn!(agent = %card.name, code = failure.code, error = %failure.message, "agent failed");
+                    fail(&mut sink, failure.message, failure.code).await
+                }
+                Err(err) => {
+                    tracing::warn!(error = format!("{err:#}"), "agent failed");
+                    fail(&mut sink, "the agent failed".to_owned(), "agent_error").await
+                }
+            },
         }
     }
 

@@ -8,6 +8,7 @@ mod deadlines;
 pub mod generated;
 pub mod openai;
 pub mod registry;
+pub mod remote;
 pub mod sink;
 mod store;
 
@@ -61,6 +62,9 @@ pub struct Config {
     /// 20 MiB image) and helpers' RSS <= E x M, with R = `SB_WORKER_CONCURRENCY`, E and M the
     /// two settings above (see `attachments`).
     pub extraction: attachments::ExtractionConfig,
+    /// The remote agents this worker relays to (`SB_WORKER_AGENTS_FILE`, a TOML file of
+    /// `[[agents]]`; see [`remote::config`]); none when unset.
+    pub agents_file: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -96,6 +100,9 @@ impl Config {
                 None => None,
             },
             extraction: attachments::ExtractionConfig::from_env(env)?,
+            agents_file: env
+                .raw("SB_WORKER_AGENTS_FILE")
+                .map(std::path::PathBuf::from),
         })
     }
 }
@@ -153,6 +160,27 @@ impl Application {
     ) -> anyhow::Result<Self> {
         let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats).await?;
+        let buckets = platform::nats::ensure_run_buckets(&js, &config.nats).await?;
+        let agents = match &config.agents_file {
+            None => agents,
+            Some(path) => {
+                let reserved = agents.names();
+                let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
+                let configs =
+                    remote::config::load(path, &reserved, |name| std::env::var(name).ok())?;
+                let context = remote::RelayContext {
+                    client: client.clone(),
+                    names: config.nats.names.clone(),
+                    threads: buckets.thread_state.clone(),
+                };
+                let mut remote_agents = Vec::with_capacity(configs.len());
+                for agent in configs {
+                    tracing::info!(agent = %agent.name, url = %agent.url, "remote agent configured");
+                    remote_agents.push(remote::RemoteAgent::new(agent, context.clone())?);
+                }
+                agents.with_remote(remote_agents)?
+            }
+        };
         let reader = config.s3.as_ref().map(|s3| {
             let extractor = attachments::Extractor::new(&config.extraction);
             attachments::AttachmentReader::new(s3, extractor)
@@ -166,6 +194,7 @@ impl Application {
             client,
             js.clone(),
             &config.nats,
+            buckets,
             Arc::new(agents),
             reader,
             consumer::Capacity {

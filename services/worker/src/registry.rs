@@ -44,6 +44,33 @@ impl AgentSet {
         })
     }
 
+    /// The names of its agents.
+    pub fn names(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
+
+    /// The set with the configured remote agents added; one marked default becomes the default.
+    pub fn with_remote(mut self, remote: Vec<crate::remote::RemoteAgent>) -> anyhow::Result<Self> {
+        for agent in remote {
+            let name = agent.name().to_owned();
+            if agent.is_default() {
+                if let Some((_, card)) = self.agents.get_mut(&self.default) {
+                    card.default = false;
+                }
+                self.default.clone_from(&name);
+            }
+            let mut card = agent.card()?;
+            card.default = agent.is_default();
+            anyhow::ensure!(
+                self.agents
+                    .insert(name.clone(), (Arc::new(agent), card))
+                    .is_none(),
+                "two agents are named {name:?}"
+            );
+        }
+        Ok(self)
+    }
+
     /// The agent a task names, or the default one; `None` for a name this worker does not run.
     pub fn get(&self, name: Option<&str>) -> Option<(&Arc<dyn Agent>, &AgentCard)> {
         self.agents

@@ -32,6 +32,8 @@ pub struct EventSink {
     ask: Option<protocol::interaction::Prompt>,
     /// What the agent produced, as a `MessageBody` (checked against its output schema).
     output: OutputCollector,
+    /// The run's `result` for its `RUN_FINISHED`, if the agent gave one.
+    result: Option<serde_json::Value>,
     /// Keeps the files the agent makes in the thread's workspace.
     registrar: Registrar,
     /// The files attached so far, by the agent message they belong to.
@@ -64,6 +66,7 @@ impl EventSink {
             cancel,
             ask: None,
             output: OutputCollector::default(),
+            result: None,
             registrar,
             attached: Vec::new(),
         }
@@ -98,6 +101,21 @@ impl EventSink {
     /// thread whose task carries it ([`protocol::messaging::RunTaskV1::resumed`]).
     pub fn ask(&mut self, prompt: protocol::interaction::Prompt) {
         self.ask = Some(prompt);
+    }
+
+    /// Sets the `result` the run's `RUN_FINISHED` carries.
+    pub fn set_result(&mut self, result: serde_json::Value) {
+        self.result = Some(result);
+    }
+
+    /// The `result` the agent set, if any.
+    pub(crate) fn take_result(&mut self) -> Option<serde_json::Value> {
+        self.result.take()
+    }
+
+    /// Completes when the owner cancels the run.
+    pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
     }
 
     /// The prompt the agent asked, if any.

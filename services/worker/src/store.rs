@@ -71,13 +71,9 @@ pub(crate) struct RunStore {
 }
 
 impl RunStore {
-    /// Opens the run lifecycle buckets, creating or reconciling them.
-    pub(crate) async fn open(
-        js: &async_nats::jetstream::Context,
-        nats: &platform::nats::NatsConfig,
-    ) -> anyhow::Result<Self> {
-        let buckets = platform::nats::ensure_run_buckets(js, nats).await?;
-        Ok(Self { buckets })
+    /// The store of the run lifecycle buckets (opened by [`platform::nats::ensure_run_buckets`]).
+    pub(crate) fn new(buckets: RunBuckets) -> Self {
+        Self { buckets }
     }
 
     /// Writes the card of every agent this worker runs to the agents bucket.
