@@ -49,6 +49,9 @@ ensure_js_clients() {
 
 ensure_toolchain
 ensure_js_clients
+# The real AG-UI agent servers (Pydantic AI, LangGraph) the remote-agent tests relay to.
+source "$ROOT/scripts/lib/agents.sh"
+ensure_agent_venv
 "$ROOT/scripts/infra.sh"
 
 # Kubernetes: every overlay rendered and validated against the schemas, and the rules test.
@@ -74,6 +77,8 @@ export SB_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 export SB_TEST_S3_ACCESS_KEY="$S3_ACCESS_KEY"
 export SB_TEST_S3_SECRET_KEY="$S3_SECRET_KEY"
 export SB_TEST_JWT_SECRET="$JWT_SECRET"
+# The Python that serves tests/agents/serve.py (the venv ensure_agent_venv made).
+export SB_TEST_AGENTS_PYTHON="$AGENTS_VENV/bin/python"
 # The nats-server the cluster tests start nodes of their own with.
 SB_TEST_NATS_SERVER="$(nats_bin)" || die "no nats-server (scripts/infra.sh installs it)"
 export SB_TEST_NATS_SERVER

@@ -6,6 +6,9 @@
 #   scripts/up.sh             one replica of each service on the single-node NATS
 #   scripts/up.sh --cluster   the production shape: a 3-node NATS JetStream cluster (streams of 3
 #                             replicas, a NATS user per service), two replicas of each service
+#
+# SB_WORKER_AGENTS_FILE=path/agents.toml scripts/up.sh: the workers also relay to the remote
+# AG-UI agents that file configures (README, "Bring your own agent").
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
@@ -32,6 +35,14 @@ build_web() {
   (cd "$ROOT/web" && npm run --silent build >/dev/null)
 }
 
+# The remote agents file, checked to exist here (the worker checks what it says) and passed to
+# every worker replica by its absolute path.
+agents_file=""
+if [ -n "${SB_WORKER_AGENTS_FILE:-}" ]; then
+  [ -f "$SB_WORKER_AGENTS_FILE" ] || die "SB_WORKER_AGENTS_FILE=$SB_WORKER_AGENTS_FILE is not a file"
+  agents_file="$(cd "$(dirname "$SB_WORKER_AGENTS_FILE")" && pwd)/$(basename "$SB_WORKER_AGENTS_FILE")"
+fi
+
 "$ROOT/scripts/infra.sh"
 log "building the services"
 cargo build --workspace --bins --locked --quiet
@@ -43,6 +54,7 @@ REPLICA_OFFSET=1000
 mkdir -p "$DATA/logs" "$DATA/run"
 env_file="$DATA/run/services.env"
 service_env >"$env_file"
+[ -n "$agents_file" ] && echo "SB_WORKER_AGENTS_FILE=$agents_file" >>"$env_file"
 replicas=1
 if [ "$cluster" = 1 ]; then
   replicas=2

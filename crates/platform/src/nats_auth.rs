@@ -97,6 +97,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             names.thread_locks_bucket(),
             names.prompts_bucket(),
             names.prompt_deadlines_bucket(),
+            names.thread_state_bucket(),
         ]
         .iter()
         .flat_map(|bucket| bucket_access(bucket))
@@ -139,18 +140,22 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 inbox,
                 names.history_progress_subject(),
                 names.history_run_lookup_subject(),
+                names.history_thread_messages_subject(),
             ],
             responds: true,
         },
         // Runs agents: publishes their events, reads and registers files, hears cancels,
-        // queues the run that continues after a prompt timed out.
+        // queues the run that continues after a prompt timed out; for a remote agent, reads the
+        // thread's earlier messages and signs its files' download links.
         "worker" => Permissions {
             publish: [
                 names.run_queue_subject(),
                 names.run_events_subjects(),
                 names.attachments_resolve_subject(),
+                names.attachments_sign_subject(),
                 names.attachments_register_subject(),
                 names.attachments_generated_upload_subject(),
+                names.history_thread_messages_subject(),
             ]
             .into_iter()
             .chain(streams())
@@ -246,7 +251,10 @@ mod tests {
                 .copied()
                 .collect::<Vec<_>>()
         };
-        assert_eq!(callers(&names.attachments_sign_subject()), ["history"]);
+        assert_eq!(
+            callers(&names.attachments_sign_subject()),
+            ["history", "worker"]
+        );
         assert_eq!(
             callers(&names.attachments_resolve_subject()),
             ["runs", "worker"]
@@ -258,6 +266,10 @@ mod tests {
         );
         assert_eq!(callers(&names.history_progress_subject()), ["runs"]);
         assert_eq!(callers(&names.history_run_lookup_subject()), ["runs"]);
+        assert_eq!(
+            callers(&names.history_thread_messages_subject()),
+            ["worker"]
+        );
         let task = uuid::Uuid::now_v7();
         assert_eq!(callers(&names.run_event_subject(task)), ["runs", "worker"]);
         assert_eq!(callers(&names.run_queue_subject()), ["runs", "worker"]);

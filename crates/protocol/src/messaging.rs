@@ -425,7 +425,8 @@ pub enum ThreadMessagesRequest {
         owner: String,
         /// The thread.
         thread_id: String,
-        /// The run asking: its own messages are left out (the agent gets them from its task).
+        /// The run asking: its own messages are left out (the agent gets them from its task), and
+        /// so are those of runs accepted after it (a follow-up already queued).
         task_id: Uuid,
         /// Sequence of the asking run's task in the RUNS stream: history answers only once it
         /// has written every run up to it and every event of the thread's earlier runs, so the

@@ -313,4 +313,24 @@ mod tests {
         assert!(matches!(&bad_hints[..], [Change::Ignored(why)] if why.starts_with("ui_hints")));
         assert!(of(json!({"type": "CUSTOM", "name": "other", "value": {}})).is_empty());
     }
+
+    #[test]
+    fn events_relayed_from_a_remote_agent_change_nothing() {
+        for relayed in [
+            json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "r1", "delta": "thinking"}),
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "m", "role": "user", "content": "x"}]}),
+            json!({"type": "RAW", "event": {"anything": true}}),
+        ] {
+            let kind = relayed["type"].clone();
+            let parsed = event(relayed);
+            assert!(
+                matches!(parsed.event, Event::Other(_)),
+                "{kind} parses as an event relayed verbatim"
+            );
+            assert!(
+                changes(&parsed, accepted()).is_empty(),
+                "{kind} changes nothing"
+            );
+        }
+    }
 }

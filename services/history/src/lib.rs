@@ -1,5 +1,7 @@
 //! The history service: JetStream consumers persist every message of every run into
-//! PostgreSQL (history's own schema), and `GET /api/v1/agent/history` serves day snapshots.
+//! PostgreSQL (history's own schema), and `GET /api/v1/agent/history` serves day snapshots;
+//! NATS endpoints answer how far a run is written, the run index and a thread's earlier
+//! messages in AG-UI form.
 
 mod changes;
 mod ingest;
@@ -9,6 +11,7 @@ mod respond;
 mod routes;
 mod sign;
 mod store;
+mod thread_messages;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -71,11 +74,14 @@ impl FromRef<AppState> for Arc<Authenticator> {
     }
 }
 
-/// The built service: HTTP listener plus the two consumers.
+/// The built service: HTTP listener, the two consumers and the NATS endpoints.
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     ingest: ingest::Ingest,
+    /// The RUN_EVENTS stream (the thread-messages endpoint compares runs' last events with
+    /// what history wrote).
+    events: async_nats::jetstream::stream::Stream,
     client: async_nats::Client,
     names: protocol::messaging::Names,
     pool: PgPool,
@@ -110,6 +116,10 @@ impl platform::service::Service for Application {
         let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));
         platform::nats::ensure_streams(&js, &config.nats).await?;
         let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
+        let events = js
+            .get_stream(config.nats.names.run_events_stream())
+            .await
+            .context("run events stream missing")?;
         let probes = vec![
             ("postgres", platform::db::probe(pool.clone())),
             ("nats", platform::nats::probe(js)),
@@ -126,6 +136,7 @@ impl platform::service::Service for Application {
             listener,
             router,
             ingest,
+            events,
             client,
             names: config.nats.names.clone(),
             pool,
@@ -147,12 +158,28 @@ impl platform::service::Service for Application {
             self.ingest.runs_consumer(),
             shutdown.clone(),
         );
+        let thread_messages = thread_messages::serve(
+            self.client.clone(),
+            self.names.clone(),
+            self.pool.clone(),
+            thread_messages::Written {
+                runs: self.ingest.runs_consumer(),
+                events: self.events,
+            },
+            shutdown.clone(),
+        );
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
-        let (http, ingested, progress, lookup) =
-            tokio::join!(http, self.ingest.run(shutdown), progress, lookup);
+        let (http, ingested, progress, lookup, thread_messages) = tokio::join!(
+            http,
+            self.ingest.run(shutdown),
+            progress,
+            lookup,
+            thread_messages
+        );
         http.context("history HTTP server failed")?;
         progress.context("history progress endpoint failed")?;
         lookup.context("history run lookup endpoint failed")?;
+        thread_messages.context("history thread messages endpoint failed")?;
         ingested
     }
 }

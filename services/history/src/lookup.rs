@@ -18,9 +18,9 @@ use crate::ingest::PullConsumer;
 use crate::{respond, store};
 
 /// How long a lookup waits for history to write the runs accepted before it.
-const CATCH_UP: Duration = Duration::from_secs(2);
+pub(crate) const CATCH_UP: Duration = Duration::from_secs(2);
 /// Between two looks at the consumer's ack floor while catching up.
-const CATCH_UP_STEP: Duration = Duration::from_millis(20);
+pub(crate) const CATCH_UP_STEP: Duration = Duration::from_millis(20);
 
 /// Answers [`RunLookupRequest`]s until `shutdown`; an error gets no answer (the caller times
 /// out and answers 503).
@@ -51,7 +51,7 @@ async fn answer(
         run_id,
         runs_seq,
     } = request;
-    if !caught_up(runs, runs_seq).await? {
+    if !caught_up(runs, runs_seq, Instant::now() + CATCH_UP).await? {
         return Ok(RunLookupReply::Behind);
     }
     let Some(row) = store::latest_run(pool, &owner, &run_id).await? else {
@@ -69,10 +69,13 @@ async fn answer(
     })
 }
 
-/// Whether history's RUNS consumer has written every run up to `runs_seq`, waiting for it at
-/// most [`CATCH_UP`].
-async fn caught_up(runs: &PullConsumer, runs_seq: u64) -> anyhow::Result<bool> {
-    let deadline = Instant::now() + CATCH_UP;
+/// Whether history's RUNS consumer has written every run up to `runs_seq`, waiting for it
+/// until `deadline`.
+pub(crate) async fn caught_up(
+    runs: &PullConsumer,
+    runs_seq: u64,
+    deadline: Instant,
+) -> anyhow::Result<bool> {
     loop {
         let floor = runs.get_info().await?.ack_floor.stream_sequence;
         if floor >= runs_seq {

@@ -44,6 +44,8 @@ pub(crate) struct Capacity {
     pub(crate) fleet_max_in_flight: i64,
     /// How long a shutdown waits for the running runs to finish.
     pub(crate) drain: Duration,
+    /// How long a run may go without a heartbeat before JetStream offers it again.
+    pub(crate) ack_wait: Duration,
 }
 
 /// Cancellation tokens of the runs this replica is running, by task id.
@@ -221,8 +223,8 @@ impl RunConsumer {
         agents: Arc<AgentSet>,
         reader: Option<AttachmentReader>,
         capacity: Capacity,
-        ack_wait: Duration,
     ) -> anyhow::Result<Self> {
+        let ack_wait = capacity.ack_wait;
         let names = nats.names.clone();
         let store = RunStore::new(buckets);
         store

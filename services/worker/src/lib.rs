@@ -202,8 +202,8 @@ impl Application {
                 max_runs_per_owner: config.max_runs_per_owner,
                 fleet_max_in_flight: config.fleet_max_in_flight,
                 drain: config.drain,
+                ack_wait: config.ack_wait,
             },
-            config.ack_wait,
         )
         .await?;
         let router = platform::http::health_routes(vec![("nats", platform::nats::probe(js))]);

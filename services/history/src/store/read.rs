@@ -215,3 +215,84 @@ pub(crate) async fn threads(
     .fetch_all(pool)
     .await
 }
+
+/// A run of a thread that has not ended in history's view, and how far its events are written.
+#[derive(Debug)]
+pub(crate) struct UnendedRun {
+    pub(crate) task_id: Uuid,
+    pub(crate) last_event_seq: i64,
+}
+
+/// The runs of the thread accepted before the run `task_id` (RUNS stream sequence below
+/// `runs_seq`, or not recorded) that have not ended in history's view
+/// (`run_progress_thread_unended_idx`).
+pub(crate) async fn unended_runs_before(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+    task_id: Uuid,
+    runs_seq: i64,
+) -> sqlx::Result<Vec<UnendedRun>> {
+    sqlx::query_as!(
+        UnendedRun,
+        "SELECT task_id, last_event_seq FROM run_progress
+         WHERE owner = $1 AND thread_id = $2 AND status IN ('queued', 'running')
+           AND task_id <> $3 AND (runs_seq IS NULL OR runs_seq < $4)",
+        owner,
+        thread_id,
+        task_id,
+        runs_seq
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// A stored message with what its AG-UI form needs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AguiRow {
+    pub(crate) message_id: String,
+    pub(crate) role: Role,
+    pub(crate) content: String,
+    pub(crate) metadata: Value,
+    /// A user message as its run's input carried it (`None`: written before migration 0006).
+    pub(crate) agui: Option<Value>,
+    /// An assistant message's tool calls from `tool_calls` (`[{id, name, arguments}]`, in call
+    /// order); `None` when the run's events made none.
+    pub(crate) tool_calls: Option<Value>,
+}
+
+/// The thread's most recent `limit` messages before the run `task_id`, newest first: none of
+/// its own, none of a run accepted after it (RUNS stream sequence past `runs_seq`).
+pub(crate) async fn messages_before_run(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+    task_id: Uuid,
+    runs_seq: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<AguiRow>> {
+    // Read backwards on messages_thread_seq_key; the tool calls only for the rows returned.
+    sqlx::query_as!(
+        AguiRow,
+        r#"SELECT m.message_id, m.role AS "role: Role", m.content, m.metadata, m.agui,
+                  (SELECT jsonb_agg(jsonb_build_object('id', c.tool_call_id, 'name', c.name,
+                                                       'arguments', c.arguments)
+                                    ORDER BY c.started_seq)
+                     FROM tool_calls c
+                    WHERE m.role = 'assistant' AND c.task_id = m.task_id
+                      AND c.message_id = m.message_id) AS tool_calls
+             FROM messages m
+            WHERE m.owner = $1 AND m.thread_id = $2 AND m.task_id <> $3
+              AND NOT EXISTS (SELECT 1 FROM run_progress r
+                               WHERE r.task_id = m.task_id AND r.runs_seq > $4)
+            ORDER BY m.seq DESC
+            LIMIT $5"#,
+        owner,
+        thread_id,
+        task_id,
+        runs_seq,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -10,8 +10,9 @@ use uuid::Uuid;
 use super::{Outcome, Role, status_column};
 use crate::changes::{Change, changes};
 
-/// Persists the user message of an accepted run, once, and the run in `run_progress` with
-/// where its task is in the RUNS stream (`runs_seq`).
+/// Persists the user message of an accepted run, once (with the input's own JSON of it in
+/// `agui`, what a remote agent is given back), and the run in `run_progress` with where its
+/// task is in the RUNS stream (`runs_seq`).
 pub(crate) async fn record_accepted_run(
     pool: &PgPool,
     task: &RunTaskV1,
@@ -40,7 +41,7 @@ pub(crate) async fn record_accepted_run(
         tx.commit().await?;
         return Ok(Outcome::Written);
     }
-    let Some(Message::User(user)) = task.input.messages.first() else {
+    let Some(message @ Message::User(user)) = task.input.messages.first() else {
         // Validation guarantees a first user message; a task without one has nothing to keep.
         tx.commit().await?;
         return Ok(Outcome::Written);
@@ -55,6 +56,7 @@ pub(crate) async fn record_accepted_run(
             role: Role::User,
             content: &user.content.text(),
             metadata: input_metadata(task, &user.id, true),
+            agui: as_input(message),
             created_at: task.accepted_at,
         },
     )
@@ -78,6 +80,11 @@ fn input_metadata(task: &RunTaskV1, message_id: &str, new_turn: bool) -> Value {
         metadata["user_message_attachment_list"] = json!(task.attachments);
     }
     metadata
+}
+
+/// A user message exactly as the run's input carried it (the `messages.agui` column).
+fn as_input(message: &Message) -> Option<Value> {
+    serde_json::to_value(message).ok()
 }
 
 /// A conversation resent whole by its client: keeps, in order, the user, assistant and tool
@@ -132,6 +139,7 @@ async fn record_conversation(
                 role,
                 content: &content,
                 metadata,
+                agui: (role == Role::User).then(|| as_input(message)).flatten(),
                 created_at: task.accepted_at,
             },
         )
@@ -250,6 +258,7 @@ async fn apply(
                     role: Role::Tool,
                     content: &content,
                     metadata,
+                    agui: None,
                     created_at: event.emitted_at,
                 },
             )
@@ -397,6 +406,8 @@ struct NewMessage<'a> {
     role: Role,
     content: &'a str,
     metadata: Value,
+    /// A user message as its run's input carried it; `None` for what the agent made.
+    agui: Option<Value>,
     created_at: DateTime<Utc>,
 }
 
@@ -445,6 +456,7 @@ async fn ensure_message(
             role,
             content: "",
             metadata,
+            agui: None,
             created_at: event.emitted_at,
         },
     )
@@ -537,8 +549,8 @@ async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -
     .fetch_one(&mut **tx)
     .await?;
     sqlx::query!(
-        "INSERT INTO messages (id, owner, thread_id, seq, task_id, message_id, role, content, metadata, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        "INSERT INTO messages (id, owner, thread_id, seq, task_id, message_id, role, content, metadata, agui, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         Uuid::now_v7(),
         m.owner,
         m.thread_id,
@@ -548,6 +560,7 @@ async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -
         m.role.as_str(),
         m.content,
         m.metadata,
+        m.agui,
         m.created_at
     )
     .execute(&mut **tx)

@@ -16,7 +16,7 @@
 //! first_event_timeout_secs = 60
 //! idle_timeout_secs = 300
 //! run_timeout_secs = 1800
-//! max_event_bytes = 262144
+//! max_event_bytes = 786432
 //! retries = 2
 //! input_schema = { parts = [{ contentType = "text/{plain,markdown}" }, { name = "/attachments/*" }] }
 //! output_schema = '{"parts": [{"contentType": "text/markdown"}]}'
@@ -67,11 +67,12 @@ impl Default for Timeouts {
     }
 }
 
-/// Default bound on one event's data.
-pub const DEFAULT_MAX_EVENT_BYTES: usize = 256 * 1024;
-/// Largest bound an agent may set: an event is published to JetStream, whose messages are at
-/// most 1 MiB with the envelope.
+/// Largest bound an agent may set, and the default: an event is published to JetStream, whose
+/// messages are at most 1 MiB with the envelope (a framework's state snapshot may carry the
+/// whole conversation, so the default is this largest bound).
 pub const MAX_EVENT_BYTES: usize = 768 * 1024;
+/// Default bound on one event's data.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = MAX_EVENT_BYTES;
 /// Default tries after a failed connection (before any event).
 pub const DEFAULT_RETRIES: u32 = 2;
 /// Headers the relay sets itself; the file may not.

@@ -11,6 +11,18 @@ use super::verify::ProtocolError;
 
 /// The question asked when an interrupt carries no message.
 const DEFAULT_QUESTION: &str = "The agent needs your input.";
+/// The options of an approval prompt (their values are what the user's answer is).
+const APPROVE: &str = "approve";
+const DENY: &str = "deny";
+
+/// Whether the interrupt asks for an approval: its `responseSchema` has a boolean `approved`
+/// (Pydantic AI's tool approval, for one).
+fn is_approval(interrupt: &Value) -> bool {
+    interrupt
+        .pointer("/responseSchema/properties/approved/type")
+        .and_then(Value::as_str)
+        == Some("boolean")
+}
 
 /// The interrupts of a `RUN_FINISHED` `outcome`, if it is `{"type": "interrupt", ...}`; each must
 /// be an object with a string `id`.
@@ -93,15 +105,21 @@ pub fn prompt_of(interrupts: &[Value], now: DateTime<Utc>) -> Result<Prompt, Pro
         sorted.dedup();
         sorted.len() == choices.len()
     };
-    let (input_type, options) = if choices.len() >= 2 && distinct {
+    let option = |value: &str, label: &str| PromptOption {
+        id: value.to_owned(),
+        label: label.to_owned(),
+        value: value.to_owned(),
+        description: None,
+    };
+    let (input_type, options) = if is_approval(first) {
+        (
+            InputType::BinaryChoice,
+            vec![option(APPROVE, "Approve"), option(DENY, "Deny")],
+        )
+    } else if choices.len() >= 2 && distinct {
         let options = choices
             .iter()
-            .map(|choice| PromptOption {
-                id: choice.clone(),
-                label: choice.clone(),
-                value: choice.clone(),
-                description: None,
-            })
+            .map(|choice| option(choice, choice))
             .collect();
         let kind = if choices.len() == 2 {
             InputType::BinaryChoice
@@ -127,13 +145,20 @@ pub fn prompt_of(interrupts: &[Value], now: DateTime<Utc>) -> Result<Prompt, Pro
     Ok(prompt)
 }
 
-/// The AG-UI `resume` answering every interrupt of `interrupts` with `outcome`.
+/// The AG-UI `resume` answering every interrupt of `interrupts` with `outcome` (an approval's
+/// `approve` / `deny` as `{"approved": true|false}`).
 pub fn resume(interrupts: &[Value], outcome: &PromptOutcome) -> Vec<Value> {
     interrupts
         .iter()
-        .filter_map(|interrupt| interrupt.get("id").and_then(Value::as_str))
-        .map(|id| match outcome {
+        .filter_map(|interrupt| Some((interrupt, interrupt.get("id").and_then(Value::as_str)?)))
+        .map(|(interrupt, id)| match outcome {
             PromptOutcome::Resolved { payload } => {
+                let payload = match payload.as_str() {
+                    Some(answer) if is_approval(interrupt) => {
+                        json!({"approved": answer == APPROVE})
+                    }
+                    _ => payload.clone(),
+                };
                 json!({"interruptId": id, "status": "resolved", "payload": payload})
             }
             PromptOutcome::TimedOut | PromptOutcome::Cancelled => {
@@ -202,6 +227,31 @@ mod tests {
         let kept = prompt_of(&[json!({"id": "i", "metadata": {"prompt": own}})], now()).unwrap();
         assert_eq!(kept.input_type, InputType::Checkbox);
         assert_eq!(kept.timeout, Some(30));
+    }
+
+    #[test]
+    fn an_approval_is_a_binary_choice_answered_as_approved() {
+        let approval = json!({"id": "int-c1", "reason": "tool_call", "message": "Approve ask?",
+            "responseSchema": {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}});
+        let prompt = prompt_of(std::slice::from_ref(&approval), now()).unwrap();
+        assert_eq!(prompt.input_type, InputType::BinaryChoice);
+        assert_eq!(prompt.text, "Approve ask?");
+        let values: Vec<&str> = prompt.options.iter().map(|o| o.value.as_str()).collect();
+        assert_eq!(values, [APPROVE, DENY]);
+        let yes = PromptOutcome::Resolved {
+            payload: json!("approve"),
+        };
+        assert_eq!(
+            resume(std::slice::from_ref(&approval), &yes),
+            [json!({"interruptId": "int-c1", "status": "resolved", "payload": {"approved": true}})]
+        );
+        let no = PromptOutcome::Resolved {
+            payload: json!("deny"),
+        };
+        assert_eq!(
+            resume(&[approval], &no)[0]["payload"],
+            json!({"approved": false})
+        );
     }
 
     #[test]

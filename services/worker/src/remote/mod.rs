@@ -53,8 +53,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// After `RUN_FINISHED`, how long the relay waits for the agent to close its stream (an event
 /// then is a protocol error).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
-/// How long a thread's agent state is kept after its last run.
-pub const THREAD_STATE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Largest thread record kept (a JetStream message is at most 1 MiB).
+const MAX_RECORD_BYTES: usize = 900 * 1024;
 
 /// What the relay keeps of a thread between runs (`<PREFIX>_THREAD_STATE`, key
 /// [`thread_key`]).
@@ -213,11 +213,17 @@ impl RemoteAgent {
                 }
                 let changed = verifier.changed_state().cloned();
                 if changed.is_some() || !interrupts.is_empty() || !record.interrupts.is_empty() {
-                    let next = ThreadRecord {
+                    let mut next = ThreadRecord {
                         agent: self.config.name.clone(),
                         state: changed.or(record.state),
                         interrupts,
                     };
+                    if serde_json::to_vec(&next).map_or(0, |bytes| bytes.len()) > MAX_RECORD_BYTES {
+                        // The broker takes no message over 1 MiB: the thread's next run starts
+                        // from the state its client sends (the interrupts are still kept).
+                        tracing::warn!(agent = %self.config.name, "thread state too large to keep");
+                        next.state = None;
+                    }
                     self.context.threads.put(&key, &next).await?;
                 }
                 Ok(())
@@ -680,15 +686,34 @@ fn file_url(block: &Value) -> Option<&str> {
     }
 }
 
-/// `block` with its file URL replaced by `url`.
+/// `block` with its file URL replaced by `url`, as an AG-UI 1.0 part: a seed `binary` block
+/// becomes an `image` (or `audio`, `video`) or `document` part whose source is the URL (what the
+/// AG-UI SDKs' 1.0 models take; LangGraph's adapter refuses `binary`), the file name kept in
+/// `metadata.filename`. The same block becomes the same part in every run of the thread.
 fn with_url(block: &Value, url: &str) -> Value {
-    let mut block = block.clone();
-    if block.get("type").and_then(Value::as_str) == Some("binary") {
-        block["url"] = json!(url);
-    } else {
+    if block.get("type").and_then(Value::as_str) != Some("binary") {
+        let mut block = block.clone();
         block["source"]["value"] = json!(url);
+        return block;
     }
-    block
+    let mime = block
+        .get("mimeType")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = match mime.split('/').next() {
+        Some("image") => "image",
+        Some("audio") => "audio",
+        Some("video") => "video",
+        _ => "document",
+    };
+    let mut part = json!({"type": kind, "source": {"type": "url", "value": url}});
+    if !mime.is_empty() {
+        part["source"]["mimeType"] = json!(mime);
+    }
+    if let Some(name) = block.get("filename").and_then(Value::as_str) {
+        part["metadata"] = json!({"filename": name});
+    }
+    part
 }
 
 /// A text part standing for a file that is no longer available.
@@ -761,7 +786,13 @@ mod tests {
         assert_eq!(file_url(&document), Some("s3://b/u/r.pdf"));
         assert_eq!(file_url(&data), None);
         assert_eq!(file_url(&json!({"type": "text", "text": "s3://x"})), None);
-        assert_eq!(with_url(&binary, "https://l")["url"], "https://l");
+        assert_eq!(
+            with_url(&binary, "https://l"),
+            json!({"type": "image", "source": {"type": "url", "value": "https://l", "mimeType": "image/png"},
+                   "metadata": {"filename": "a.png"}})
+        );
+        let pdf = json!({"type": "binary", "mimeType": "application/pdf", "url": "s3://b/u/r.pdf"});
+        assert_eq!(with_url(&pdf, "https://l")["type"], "document");
         assert_eq!(
             with_url(&document, "https://l")["source"]["value"],
             "https://l"

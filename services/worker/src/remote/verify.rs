@@ -11,7 +11,7 @@
 //! - `STATE_SNAPSHOT` / `STATE_DELTA` also move the thread's state kept between runs.
 //! - Reasoning, `MESSAGES_SNAPSHOT`, activity and `RAW` events pass through verbatim.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::agui::{Event, is_relayed_type};
 use protocol::files::ATTACHMENTS_EVENT;
@@ -54,7 +54,9 @@ pub struct Step {
 pub struct Verifier {
     started: bool,
     ended: bool,
-    messages: BTreeSet<String>,
+    /// Open text messages; `Some(role)` while the message's start is held back because nothing
+    /// was said in it yet (an empty message is dropped whole).
+    messages: BTreeMap<String, Option<String>>,
     calls: BTreeSet<String>,
     /// The message a `TEXT_MESSAGE_CHUNK` opened, still open.
     chunk_message: Option<String>,
@@ -118,17 +120,16 @@ impl Verifier {
         }
         let mut step = Step::default();
         // A chunk-opened message or call ends at the next event of another kind.
-        if kind != "TEXT_MESSAGE_CHUNK" {
-            if let Some(id) = self.chunk_message.take() {
-                self.messages.remove(&id);
-                step.relay.push(Event::TextMessageEnd { message_id: id });
-            }
+        if kind != "TEXT_MESSAGE_CHUNK"
+            && let Some(id) = self.chunk_message.take()
+        {
+            self.end_message(&id, &mut step);
         }
-        if kind != "TOOL_CALL_CHUNK" {
-            if let Some(id) = self.chunk_call.take() {
-                self.calls.remove(&id);
-                step.relay.push(Event::ToolCallEnd { tool_call_id: id });
-            }
+        if kind != "TOOL_CALL_CHUNK"
+            && let Some(id) = self.chunk_call.take()
+        {
+            self.calls.remove(&id);
+            step.relay.push(Event::ToolCallEnd { tool_call_id: id });
         }
         match kind.as_str() {
             "RUN_STARTED" => {
@@ -138,7 +139,7 @@ impl Verifier {
                 self.started = true;
             }
             "RUN_FINISHED" => {
-                if let Some(id) = self.messages.first() {
+                if let Some((id, _)) = self.messages.first_key_value() {
                     return Err(ProtocolError(format!(
                         "RUN_FINISHED while text message {id:?} is still open"
                     )));
@@ -167,27 +168,18 @@ impl Verifier {
             "TEXT_MESSAGE_START" => {
                 let id = field(&event, &kind, "messageId")?.to_owned();
                 let role = optional(&event, "role").unwrap_or("assistant").to_owned();
-                self.open_message(&kind, &id)?;
-                step.relay.push(Event::TextMessageStart {
-                    message_id: id,
-                    role,
-                });
+                self.open_message(&kind, &id, role)?;
             }
             "TEXT_MESSAGE_CONTENT" => {
                 let id = field(&event, &kind, "messageId")?;
                 self.require_message(&kind, id)?;
-                step.relay.push(Event::TextMessageContent {
-                    message_id: id.to_owned(),
-                    delta: field(&event, &kind, "delta")?.to_owned(),
-                });
+                let delta = field(&event, &kind, "delta")?;
+                self.content(id, delta, &mut step);
             }
             "TEXT_MESSAGE_END" => {
                 let id = field(&event, &kind, "messageId")?;
                 self.require_message(&kind, id)?;
-                self.messages.remove(id);
-                step.relay.push(Event::TextMessageEnd {
-                    message_id: id.to_owned(),
-                });
+                self.end_message(id, &mut step);
             }
             "TEXT_MESSAGE_CHUNK" => self.text_chunk(&event, &mut step)?,
             "TOOL_CALL_START" => {
@@ -274,17 +266,47 @@ impl Verifier {
         Ok(step)
     }
 
-    fn open_message(&mut self, kind: &str, id: &str) -> Result<(), ProtocolError> {
-        if !self.messages.insert(id.to_owned()) {
+    /// Opens a message; its start is relayed with its first text.
+    fn open_message(&mut self, kind: &str, id: &str, role: String) -> Result<(), ProtocolError> {
+        if self.messages.contains_key(id) {
             return Err(ProtocolError(format!(
                 "{kind} for text message {id:?}, which is already open"
             )));
         }
+        self.messages.insert(id.to_owned(), Some(role));
         Ok(())
     }
 
+    /// Text of an open message: its held-back start first.
+    fn content(&mut self, id: &str, delta: &str, step: &mut Step) {
+        if delta.is_empty() {
+            return;
+        }
+        if let Some(held) = self.messages.get_mut(id)
+            && let Some(role) = held.take()
+        {
+            step.relay.push(Event::TextMessageStart {
+                message_id: id.to_owned(),
+                role,
+            });
+        }
+        step.relay.push(Event::TextMessageContent {
+            message_id: id.to_owned(),
+            delta: delta.to_owned(),
+        });
+    }
+
+    /// Ends an open message; one that said nothing was never started and is dropped.
+    fn end_message(&mut self, id: &str, step: &mut Step) {
+        if let Some(None) = self.messages.remove(id) {
+            step.relay.push(Event::TextMessageEnd {
+                message_id: id.to_owned(),
+            });
+        }
+    }
+
     fn require_message(&self, kind: &str, id: &str) -> Result<(), ProtocolError> {
-        if self.messages.contains(id) {
+        if self.messages.contains_key(id) {
             Ok(())
         } else {
             Err(ProtocolError(format!(
@@ -329,25 +351,16 @@ impl Verifier {
         };
         if self.chunk_message.as_deref() != Some(id.as_str()) {
             if let Some(earlier) = self.chunk_message.take() {
-                self.messages.remove(&earlier);
-                step.relay.push(Event::TextMessageEnd {
-                    message_id: earlier,
-                });
+                self.end_message(&earlier, step);
             }
-            if !self.messages.contains(&id) {
-                self.open_message(kind, &id)?;
-                step.relay.push(Event::TextMessageStart {
-                    message_id: id.clone(),
-                    role: optional(event, "role").unwrap_or("assistant").to_owned(),
-                });
+            if !self.messages.contains_key(&id) {
+                let role = optional(event, "role").unwrap_or("assistant").to_owned();
+                self.open_message(kind, &id, role)?;
                 self.chunk_message = Some(id.clone());
             }
         }
-        if let Some(delta) = optional(event, "delta").filter(|d| !d.is_empty()) {
-            step.relay.push(Event::TextMessageContent {
-                message_id: id,
-                delta: delta.to_owned(),
-            });
+        if let Some(delta) = optional(event, "delta") {
+            self.content(&id, delta, step);
         }
         Ok(())
     }
@@ -475,6 +488,25 @@ mod tests {
                 outcome: None
             })
         );
+    }
+
+    #[test]
+    fn a_message_that_says_nothing_is_dropped_whole() {
+        let (relayed, _) = run(&[
+            started(),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": ""}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "m"}),
+            json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f", "parentMessageId": "m"}),
+            json!({"type": "TOOL_CALL_END", "toolCallId": "c"}),
+            finished(),
+        ])
+        .unwrap();
+        let types: Vec<&str> = relayed
+            .iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["TOOL_CALL_START", "TOOL_CALL_END"]);
     }
 
     #[test]
