@@ -93,7 +93,11 @@ STARTED+=("$BARE_PID")
 
 if [ "${BENCH_AGENT:-1}" = 1 ]; then
   timeout 30 "$BIN/js-publish-loop" --mode register-agent --prefix "$PREFIX" --nats-url "$NATS_URL" \
-    >"$OUT/register-agent.json" || die "could not register the echo agent on $PREFIX"
+    >"$OUT/register-agent.json" || die "could not register the echo agent on $PREFIX"  # A worker registers its cards again every 15 s (a card lives a minute): so does this, in the
+  # background until the benchmark ends.
+  "$BIN/js-publish-loop" --mode register-agent --prefix "$PREFIX" --nats-url "$NATS_URL" \
+    --keep-registered-secs 86400 >/dev/null 2>>"$OUT/register-agent.log" &
+  STARTED+=("$!")
 fi
 
 RUNS_PORT="$(free_port)"

@@ -811,3 +811,357 @@ async fn inline_and_foreign_images_and_unknown_schema_types_are_refused_naming_w
     let answered = ws.until(is_done).await.unwrap();
     assert_eq!(response_text(&answered), "You said: still here");
 }
+
+/// A `user_message` as the NeMo Agent Toolkit UI sends it (`components/Chat/Chat.tsx`,
+/// `handleSend`, its chat history on): the schema type of its settings, a uuid, the
+/// conversation's id, the conversation so far as text parts, a timestamp.
+fn nemo_ui_message(schema_type: &str, id: &str, conversation: &str, text: &str) -> Value {
+    json!({
+        "type": "user_message", "schema_type": schema_type, "id": id,
+        "conversation_id": conversation,
+        "content": {"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hello"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+            {"role": "user", "content": [{"type": "text", "text": text}]}
+        ]},
+        "timestamp": "2026-07-01T09:30:00.123Z"
+    })
+}
+
+/// The NeMo UI's answer to the prompt `prompt` (`handleUserInteraction`): no schema type, the
+/// prompt's `thread_id` and `parent_id` (the user message's id, not the prompt's).
+fn nemo_ui_answer(id: &str, prompt: &Value, answer: &str) -> Value {
+    json!({
+        "type": "user_interaction_message", "id": id,
+        "conversation_id": prompt["conversation_id"], "thread_id": prompt["thread_id"],
+        "parent_id": prompt["parent_id"],
+        "content": {"messages": [{"role": "user", "content": [{"type": "text", "text": answer}]}]},
+        "timestamp": "2026-07-01T09:30:05.456Z"
+    })
+}
+
+/// The end of a response as the NeMo UI waits for it (`types/websocket.ts`,
+/// `isSystemResponseComplete`).
+fn is_complete(message: &Value) -> bool {
+    message["type"] == "system_response_message" && message["status"] == "complete"
+}
+
+/// The statuses among `messages`.
+fn statuses(messages: &[Value]) -> BTreeSet<String> {
+    messages
+        .iter()
+        .filter_map(|m| m["status"].as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_nemo_ui_socket_gets_a_streamed_reply_that_ends_with_the_toolkits_complete() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let mut ws = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let conversation = uuid::Uuid::new_v4().to_string();
+    let id = uuid::Uuid::new_v4().to_string();
+    ws.send(&nemo_ui_message(
+        "chat_stream",
+        &id,
+        &conversation,
+        "what can you do",
+    ))
+    .await
+    .unwrap();
+    let reply = ws.until(is_complete).await.unwrap();
+    assert_eq!(response_text(&reply), "You said: what can you do");
+    let tokens = reply
+        .iter()
+        .filter(|m| m["type"] == "system_response_message" && m["status"] == "in_progress")
+        .count();
+    assert!(tokens >= 2, "streamed, word by word: {reply:?}");
+    assert_eq!(
+        statuses(&reply),
+        BTreeSet::from(["in_progress".to_owned(), "complete".to_owned()]),
+        "only the toolkit's statuses: {reply:?}"
+    );
+    for message in &reply {
+        assert_eq!(
+            (&message["conversation_id"], &message["parent_id"]),
+            (&json!(conversation), &json!(id)),
+            "the UI keeps what names its conversation and message: {message}"
+        );
+    }
+
+    // The other three schema types of the UI's settings are answered the same way.
+    for (i, schema_type) in ["chat", "generate_stream", "generate"].iter().enumerate() {
+        ws.send(&nemo_ui_message(
+            schema_type,
+            &format!("{id}-{i}"),
+            &conversation,
+            "again",
+        ))
+        .await
+        .unwrap();
+        let reply = ws.until(is_complete).await.unwrap();
+        assert_eq!(response_text(&reply), "You said: again", "{schema_type}");
+        assert!(
+            !statuses(&reply).contains("completed"),
+            "{schema_type}: {reply:?}"
+        );
+    }
+
+    // A tool step ends `complete` too.
+    ws.send(&nemo_ui_message(
+        "chat_stream",
+        "tool-turn",
+        &conversation,
+        "/tool lookup {\"q\":1}",
+    ))
+    .await
+    .unwrap();
+    let tools = ws.until(is_complete).await.unwrap();
+    let steps: Vec<&Value> = tools
+        .iter()
+        .filter(|m| m["type"] == "system_intermediate_message")
+        .collect();
+    assert_eq!(steps.last().unwrap()["status"], "complete", "{tools:?}");
+
+    // A failed run: the error (in_progress, as the toolkit sends it), then the end of the
+    // response, without which the UI would go on "generating".
+    ws.send(&nemo_ui_message(
+        "chat_stream",
+        "fail-turn",
+        &conversation,
+        "/fail",
+    ))
+    .await
+    .unwrap();
+    let failed = ws.until(is_complete).await.unwrap();
+    let error = failed
+        .iter()
+        .find(|m| m["type"] == "error_message")
+        .unwrap();
+    assert_eq!(
+        (&error["content"]["code"], &error["status"]),
+        (&json!("workflow_error"), &json!("in_progress"))
+    );
+    assert_eq!(failed.last().unwrap()["parent_id"], "fail-turn");
+
+    // A turn refused before any run starts ends the same way.
+    let mut inline = nemo_ui_message("chat_stream", "refused-turn", &conversation, "look");
+    inline["content"]["messages"][2]["content"] = json!([{"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]);
+    ws.send(&inline).await.unwrap();
+    let refused = ws.until(is_complete).await.unwrap();
+    assert_eq!(
+        refused
+            .iter()
+            .map(|m| (m["type"].as_str().unwrap(), m["status"].as_str().unwrap()))
+            .collect::<Vec<_>>(),
+        [
+            ("error_message", "in_progress"),
+            ("system_response_message", "complete")
+        ],
+        "{refused:?}"
+    );
+    assert_eq!(refused[0]["content"]["code"], "invalid_data_content");
+    assert!(
+        refused
+            .iter()
+            .all(|m| m["conversation_id"] == conversation.as_str()
+                && m["parent_id"] == "refused-turn"),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_seed_socket_keeps_the_seeds_completed_and_the_dialect_is_per_socket() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let mut seed = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let mut nemo = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let conversation = format!("c-{}", uuid::Uuid::now_v7());
+    let other = format!("c-{}", uuid::Uuid::now_v7());
+    nemo.send(&nemo_ui_message("chat_stream", "n1", &other, "toolkit"))
+        .await
+        .unwrap();
+    // Meanwhile, on another socket, the seed's schema type and none.
+    seed.send(&user_message("s1", &conversation, "seed"))
+        .await
+        .unwrap();
+    let reply = seed.until(is_done).await.unwrap();
+    assert_eq!(response_text(&reply), "You said: seed");
+    assert_eq!(reply.last().unwrap()["status"], "completed");
+    assert!(!statuses(&reply).contains("complete"), "{reply:?}");
+    let mut untyped = user_message("s2", &conversation, "untyped");
+    untyped.as_object_mut().unwrap().remove("schema_type");
+    seed.send(&untyped).await.unwrap();
+    let reply = seed.until(is_done).await.unwrap();
+    assert_eq!(reply.last().unwrap()["status"], "completed");
+    seed.send(&user_message("s3", &conversation, "/fail"))
+        .await
+        .unwrap();
+    let failed = seed.until(is_done).await.unwrap();
+    assert_eq!(
+        (
+            &failed.last().unwrap()["type"],
+            &failed.last().unwrap()["status"]
+        ),
+        (&json!("error_message"), &json!("failed")),
+        "the seed's error ends the turn on its own"
+    );
+
+    let reply = nemo.until(is_complete).await.unwrap();
+    assert_eq!(response_text(&reply), "You said: toolkit");
+    // The latest user message decides: the same socket back on the seed's schema type.
+    nemo.send(&user_message("n2", &other, "seed now"))
+        .await
+        .unwrap();
+    let reply = nemo.until(is_done).await.unwrap();
+    assert_eq!(
+        (
+            response_text(&reply).as_str(),
+            &reply.last().unwrap()["status"]
+        ),
+        ("You said: seed now", &json!("completed"))
+    );
+}
+
+#[tokio::test]
+async fn a_prompt_answered_with_its_parent_id_as_the_nemo_ui_does_continues_the_run() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let mut ws = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let conversation = uuid::Uuid::new_v4().to_string();
+    let asking = uuid::Uuid::new_v4().to_string();
+    ws.send(&nemo_ui_message(
+        "chat_stream",
+        &asking,
+        &conversation,
+        "/ask radio:120 Please select your preferred notification method:",
+    ))
+    .await
+    .unwrap();
+    let asked = ws
+        .until(|m| m["type"] == "system_interaction_message")
+        .await
+        .unwrap();
+    assert!(
+        !asked.iter().any(is_complete),
+        "not complete while a question waits: {asked:?}"
+    );
+    let prompt = asked.last().unwrap().clone();
+    assert_eq!(
+        (&prompt["parent_id"], &prompt["status"]),
+        (&json!(asking), &json!("in_progress"))
+    );
+    assert_ne!(prompt["id"], prompt["parent_id"]);
+    // The radio's Submit sends the chosen option's value, naming the user message.
+    ws.send(&nemo_ui_answer("answer-1", &prompt, "sms"))
+        .await
+        .unwrap();
+    let answered = ws.until(is_complete).await.unwrap();
+    assert_eq!(response_text(&answered), "You answered: sms");
+    assert!(
+        answered.iter().all(|m| m["type"] != "error_message"),
+        "{answered:?}"
+    );
+    // A second answer the same way finds the prompt answered.
+    ws.send(&nemo_ui_answer("answer-2", &prompt, "email"))
+        .await
+        .unwrap();
+    let again = ws.next().await.unwrap();
+    assert_eq!(
+        (
+            &again["type"],
+            &again["content"]["code"],
+            &again["content"]["message"],
+            &again["parent_id"]
+        ),
+        (
+            &json!("error_message"),
+            &json!("invalid_message"),
+            &json!("this prompt was already answered"),
+            &prompt["id"]
+        ),
+        "{again}"
+    );
+
+    // A seed client may name the prompt by its parent_id too.
+    let mut seed = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let thread = format!("c-{}", uuid::Uuid::now_v7());
+    seed.send(&user_message("k1", &thread, "/ask binary_choice Go on?"))
+        .await
+        .unwrap();
+    let asked = seed
+        .until(|m| m["type"] == "system_interaction_message")
+        .await
+        .unwrap();
+    assert_eq!(asked.last().unwrap()["parent_id"], "k1");
+    seed.send(&interaction("k2", &thread, "k1", "continue"))
+        .await
+        .unwrap();
+    let answered = seed.until(is_done).await.unwrap();
+    assert_eq!(
+        (
+            response_text(&answered).as_str(),
+            &answered.last().unwrap()["status"]
+        ),
+        ("You answered: continue", &json!("completed"))
+    );
+}
+
+#[tokio::test]
+async fn a_socket_opened_with_the_toolkits_conversation_id_speaks_the_toolkits_values_at_once() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let alice = platform.infra.token("alice");
+    let mut asking_socket = WsClient::connect(&platform.urls.runs, &alice, "")
+        .await
+        .unwrap();
+    let conversation = uuid::Uuid::new_v4().to_string();
+    let asking = uuid::Uuid::new_v4().to_string();
+    asking_socket
+        .send(&nemo_ui_message(
+            "chat_stream",
+            &asking,
+            &conversation,
+            "/ask text:120 Your name?",
+        ))
+        .await
+        .unwrap();
+    let asked = asking_socket
+        .until(|m| m["type"] == "system_interaction_message")
+        .await
+        .unwrap();
+    let prompt = asked.last().unwrap().clone();
+    asking_socket.close().await.unwrap();
+    // The UI reloaded: it reconnects with the toolkit's parameter and answers before it sends
+    // any schema_type; the continuation ends with the toolkit's `complete`, not `completed`.
+    let mut reloaded = WsClient::connect(
+        &platform.urls.runs,
+        &alice,
+        &format!("?conversation_id={conversation}"),
+    )
+    .await
+    .unwrap();
+    let mut by_id = prompt.clone();
+    by_id["parent_id"] = prompt["id"].clone();
+    reloaded
+        .send(&nemo_ui_answer("answer-1", &by_id, "Ada"))
+        .await
+        .unwrap();
+    let answered = reloaded
+        .until(|m| m["type"] == "system_response_message" && m["status"] != "in_progress")
+        .await
+        .unwrap();
+    assert!(answered.last().is_some_and(is_complete), "{answered:?}");
+    assert_eq!(response_text(&answered), "You answered: Ada");
+}

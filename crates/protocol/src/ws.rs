@@ -1,5 +1,7 @@
 //! The WebSocket message schema of `websocket-message-schema.md`: what a client sends, what
-//! the server answers, and how a run's AG-UI events become those messages.
+//! the server answers, and how a run's AG-UI events become those messages. A socket whose
+//! client speaks the NeMo Agent Toolkit's schema types gets the toolkit's wire values
+//! ([`WsDialect`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -10,8 +12,10 @@ use crate::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use crate::interaction::{INTERACTION_TIMEOUT_EVENT, Prompt};
 use crate::messaging::RunEventV1;
 
+mod dialect;
 mod inbound;
 
+pub use dialect::{SEED_SCHEMA_TYPES, TOOLKIT_SCHEMA_TYPES, WsDialect};
 pub use inbound::{Inbound, parse_inbound, parse_inbound_value};
 
 /// Largest WebSocket message accepted, in bytes.
@@ -155,6 +159,8 @@ pub struct WsMapper {
     conversation_id: String,
     parent_id: String,
     trace_id: Option<String>,
+    /// Whether a failed run still ends the response ([`WsDialect::ends_failed_turns`]).
+    dialect: WsDialect,
     /// Open tool calls: id -> (name, arguments so far).
     tools: std::collections::HashMap<String, (String, String)>,
 }
@@ -166,8 +172,18 @@ impl WsMapper {
             conversation_id: conversation_id.to_owned(),
             parent_id: parent_id.to_owned(),
             trace_id,
+            dialect: WsDialect::Seed,
             tools: std::collections::HashMap::new(),
         }
+    }
+
+    /// The same mapper for a client of `dialect`: the toolkit's gets the end of the response
+    /// after a failed run's `error_message`, as the toolkit's own server sends it. (Statuses
+    /// are the writer's: [`WsMessage::to_json`].)
+    #[must_use]
+    pub fn in_dialect(mut self, dialect: WsDialect) -> Self {
+        self.dialect = dialect;
+        self
     }
 
     fn message(
@@ -299,8 +315,8 @@ impl WsMapper {
                 vec![self.prompt_timeout(value, at)]
             }
             Event::RunFinished { outcome, .. } => self.finished(outcome.as_ref(), id, now, at),
-            Event::RunError { message, code } => vec![
-                WsError::new(
+            Event::RunError { message, code } => {
+                let error = WsError::new(
                     WsErrorCode::WorkflowError,
                     message.clone(),
                     code.clone().unwrap_or_else(|| "run_error".to_owned()),
@@ -310,8 +326,12 @@ impl WsMapper {
                     Some(&self.conversation_id),
                     Some(&self.parent_id),
                     at,
-                ),
-            ],
+                );
+                let end = self.dialect.ends_failed_turns().then(|| {
+                    WsMessage::response_end(id.clone(), &self.conversation_id, &self.parent_id, at)
+                });
+                std::iter::once(error).chain(end).collect()
+            }
             _ => Vec::new(),
         }
     }
@@ -367,11 +387,10 @@ impl WsMapper {
             .cloned()
             .unwrap_or_default();
         if interrupts.is_empty() {
-            return vec![self.message(
-                WsType::SystemResponseMessage,
+            return vec![WsMessage::response_end(
                 id,
-                json!({"text": ""}),
-                Some(WsStatus::Completed),
+                &self.conversation_id,
+                &self.parent_id,
                 at,
             )];
         }
@@ -543,6 +562,92 @@ mod tests {
         assert_eq!(
             kinds,
             [(WsType::SystemResponseMessage, Some(WsStatus::Completed))]
+        );
+    }
+
+    fn failed() -> RunEventV1 {
+        RunEventV1 {
+            seq: 5,
+            event: Event::RunError {
+                message: "the agent failed".to_owned(),
+                code: Some("agent_error".to_owned()),
+            },
+            ..finished(None)
+        }
+    }
+
+    #[test]
+    fn a_failed_run_ends_with_its_error_for_a_seed_client() {
+        let mut mapper = WsMapper::new("c1", "m1", None);
+        let sent = mapper.map(&failed(), Utc::now());
+        let kinds: Vec<_> = sent.iter().map(|m| (m.kind, m.status)).collect();
+        assert_eq!(kinds, [(WsType::ErrorMessage, Some(WsStatus::Failed))]);
+        assert_eq!(
+            sent[0].to_json(WsDialect::Seed).unwrap(),
+            serde_json::to_string(&sent[0]).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_failed_run_still_ends_the_response_for_a_toolkit_client() {
+        // The toolkit's server sends `complete` after a workflow's error (`_run_workflow`'s
+        // `finally`); its UI stops "generating" only then.
+        let mut mapper = WsMapper::new("c1", "m1", None).in_dialect(WsDialect::Toolkit);
+        let sent: Vec<Value> = mapper
+            .map(&failed(), Utc::now())
+            .iter()
+            .map(|m| serde_json::from_str(&m.to_json(WsDialect::Toolkit).unwrap()).unwrap())
+            .collect();
+        let shape: Vec<_> = sent
+            .iter()
+            .map(|m| {
+                (
+                    m["type"].as_str().unwrap(),
+                    m["status"].as_str().unwrap(),
+                    m["parent_id"].as_str().unwrap(),
+                    m["conversation_id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("error_message", "in_progress", "m1", "c1"),
+                ("system_response_message", "complete", "m1", "c1")
+            ]
+        );
+        assert_eq!(sent[0]["content"]["code"], "workflow_error");
+        assert_eq!(sent[1]["content"], json!({"text": ""}));
+    }
+
+    #[test]
+    fn a_toolkit_client_gets_complete_where_the_seed_says_completed() {
+        let mut mapper = WsMapper::new("c1", "m1", None).in_dialect(WsDialect::Toolkit);
+        let done = mapper.map(&finished(None), Utc::now());
+        let [end] = done.as_slice() else {
+            panic!("one message: {done:?}");
+        };
+        let wire: Value = serde_json::from_str(&end.to_json(WsDialect::Toolkit).unwrap()).unwrap();
+        assert_eq!(
+            (&wire["type"], &wire["status"]),
+            (&json!("system_response_message"), &json!("complete"))
+        );
+        let wire: Value = serde_json::from_str(&end.to_json(WsDialect::Seed).unwrap()).unwrap();
+        assert_eq!(wire["status"], "completed");
+        // A tool step's end likewise.
+        let step = RunEventV1 {
+            seq: 2,
+            event: Event::StepFinished {
+                step_name: "plan".to_owned(),
+            },
+            ..finished(None)
+        };
+        let steps = mapper.map(&step, Utc::now());
+        let wire: Value =
+            serde_json::from_str(&steps[0].to_json(WsDialect::Toolkit).unwrap()).unwrap();
+        assert_eq!(
+            (&wire["type"], &wire["status"]),
+            (&json!("system_intermediate_message"), &json!("complete"))
         );
     }
 

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 /// Why no agent could be chosen.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ChooseError {
-    /// No worker registered an agent of that name (422); the known names.
-    #[error("forwardedProps.agent names no agent; known: {}", .0.join(", "))]
-    Unknown(Vec<String>),
+    /// No running worker serves an agent of that name (422): the name, and the known ones.
+    #[error("forwardedProps.agent {:?} names no agent a worker serves; known: {}", .0, .1.join(", "))]
+    Unknown(String, Vec<String>),
     /// NATS did not answer (503).
     #[error(transparent)]
     Unavailable(anyhow::Error),
@@ -109,7 +109,7 @@ impl AgentCatalog {
                 self.apply(&agent_key(name), Some(Arc::clone(&card)));
                 Ok(Some(card))
             }
-            Ok(_) => Err(ChooseError::Unknown(self.names())),
+            Ok(_) => Err(ChooseError::Unknown(name.to_owned(), self.names())),
             Err(err) => Err(ChooseError::Unavailable(err)),
         }
     }

@@ -86,7 +86,9 @@ pub(crate) async fn start_run(
         .choose(requested)
         .await
         .map_err(|err| match err {
-            ChooseError::Unknown(_) => refused("/forwardedProps/agent".to_owned(), err.to_string()),
+            ChooseError::Unknown(..) => {
+                refused("/forwardedProps/agent".to_owned(), err.to_string())
+            }
             ChooseError::Unavailable(e) => StartError::Unavailable(e),
         })?;
     let attachments = state

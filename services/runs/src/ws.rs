@@ -7,7 +7,16 @@
 //! server message id is `<runId>:<seq>` of the event it comes from (a prompt's id is the prompt
 //! id), so a client that reconnects with `?last_message_id=<id>` gets exactly what it missed,
 //! then the rest live, and a prompt still pending with the time it has left.
+//!
+//! Two dialects, per connection: a client whose latest `user_message` names one of the NeMo
+//! Agent Toolkit's schema types (its UI sends `chat_stream`) gets the toolkit's wire values
+//! (`complete`, and the end of the response after a failed or refused turn), any other the
+//! seed's ([`WsDialect`]); the writer applies it to every message. An answer may name its prompt
+//! by the prompt's id or, as the NeMo UI does, by the prompt's own `parent_id`: the connection
+//! remembers the prompts it sent.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -23,7 +32,8 @@ use protocol::interaction::{PromptRecord, PromptStatus, prompt_key};
 use protocol::messaging::RunEventV1;
 use protocol::run_input::{ContentBlock, RunAgentInput, UserContent};
 use protocol::ws::{
-    Inbound, MAX_WS_MESSAGE_BYTES, WsError, WsErrorCode, WsMapper, WsMessage, WsType, parse_inbound,
+    Inbound, MAX_WS_MESSAGE_BYTES, WsDialect, WsError, WsErrorCode, WsMapper, WsMessage, WsType,
+    parse_inbound,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -42,11 +52,18 @@ const PING: Duration = Duration::from_secs(20);
 /// How often, once a prompt is closed (seen by a KV watch), the connection looks for the run
 /// that continues it, published moments later (at most 50 looks).
 const CONTINUATION_LOOK: Duration = Duration::from_millis(300);
+/// Prompts a connection remembers having sent, to read an answer that names one by its
+/// `parent_id` (a client answers the prompt it is shown, one of the last few).
+const PROMPTS_KEPT: usize = 64;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct WsQuery {
     /// `<runId>:<seq>` of the last message received before a reconnect.
     last_message_id: Option<String>,
+    /// The NeMo Agent Toolkit UI's reconnect parameter: a socket opened with it speaks the
+    /// toolkit's dialect from its first message (a reloaded UI answers a waiting prompt before it
+    /// sends any `schema_type`).
+    conversation_id: Option<String>,
 }
 
 /// Upgrades an authenticated request.
@@ -106,7 +123,12 @@ pub(crate) async fn websocket(
         upgrade
     };
     upgrade.on_upgrade(move |socket| async move {
-        Session::run(state, owner, socket, resume_from).await;
+        let dialect = if query.conversation_id.is_some() {
+            WsDialect::Toolkit
+        } else {
+            WsDialect::default()
+        };
+        Session::run(state, owner, socket, resume_from, dialect).await;
         drop(permit); // the connection's slot, held until it closes
     })
 }
@@ -136,7 +158,48 @@ struct Session {
     out: mpsc::Sender<WsMessage>,
     /// Runs this connection started (and streams itself): a prompt's continuation started
     /// here is not followed a second time.
-    started: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    started: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// What its client asked for and was asked, shared with the writer.
+    client: Arc<Mutex<Client>>,
+}
+
+/// What a connection's client speaks and what it was asked.
+#[derive(Debug, Default)]
+struct Client {
+    /// The wire values of its messages: its latest `user_message`'s `schema_type`.
+    dialect: WsDialect,
+    /// The last [`PROMPTS_KEPT`] prompts sent to it, oldest first, as (`parent_id`, prompt id).
+    prompts: VecDeque<(String, String)>,
+}
+
+impl Client {
+    /// Notes a message about to be written to the client; the dialect to write it in.
+    fn sending(&mut self, message: &WsMessage) -> WsDialect {
+        if message.kind == WsType::SystemInteractionMessage
+            && let Some(parent) = &message.parent_id
+            && !self.prompts.iter().any(|(_, id)| *id == message.id)
+        {
+            if self.prompts.len() == PROMPTS_KEPT {
+                self.prompts.pop_front();
+            }
+            self.prompts.push_back((parent.clone(), message.id.clone()));
+        }
+        self.dialect
+    }
+
+    /// The prompt an answer's `parent_id` names: the prompt's own id, or the `parent_id` of a
+    /// prompt sent to this client (the latest such), which the NeMo UI sends. `None`: neither
+    /// was sent here; the id is then taken as a prompt's id (one asked elsewhere, e.g. AG-UI).
+    fn prompt_named(&self, parent_id: &str) -> Option<String> {
+        if self.prompts.iter().any(|(_, id)| id == parent_id) {
+            return Some(parent_id.to_owned());
+        }
+        self.prompts
+            .iter()
+            .rev()
+            .find(|(parent, _)| parent == parent_id)
+            .map(|(_, id)| id.clone())
+    }
 }
 
 impl Session {
@@ -145,9 +208,15 @@ impl Session {
         owner: Owner,
         socket: WebSocket,
         resume_from: Option<(String, u64)>,
+        dialect: WsDialect,
     ) {
         let (mut sink, mut inbound) = socket.split();
         let (out, mut outbox) = mpsc::channel::<WsMessage>(OUTBOX);
+        let client = Arc::new(Mutex::new(Client {
+            dialect,
+            ..Client::default()
+        }));
+        let told = Arc::clone(&client);
         let writer = tokio::spawn(async move {
             // A ping every PING keeps proxies from closing a quiet connection.
             let mut ping = tokio::time::interval(PING);
@@ -155,10 +224,17 @@ impl Session {
             loop {
                 let frame = tokio::select! {
                     message = outbox.recv() => match message {
-                        Some(message) => match serde_json::to_string(&message) {
-                            Ok(text) => Message::Text(Utf8Bytes::from(text)),
-                            Err(_) => continue,
-                        },
+                        Some(message) => {
+                            // Noted before it is written, so an answer to a prompt finds it.
+                            let dialect = told
+                                .lock()
+                                .map(|mut client| client.sending(&message))
+                                .unwrap_or_default();
+                            match message.to_json(dialect) {
+                                Ok(text) => Message::Text(Utf8Bytes::from(text)),
+                                Err(_) => continue,
+                            }
+                        }
                         None => break,
                     },
                     _ = ping.tick() => Message::Ping(bytes::Bytes::new()),
@@ -173,7 +249,8 @@ impl Session {
             state: state.clone(),
             owner,
             out,
-            started: std::sync::Arc::default(),
+            started: Arc::default(),
+            client,
         };
         if let Some((run_id, seq)) = resume_from {
             session.reconnect(&run_id, seq).await;
@@ -217,17 +294,63 @@ impl Session {
             .await;
     }
 
+    /// Refuses a `user_message`: the error, then, for a client that waits for the end of the
+    /// response whatever happened (the toolkit's), that end: no run will answer this turn.
+    async fn refuse_turn(
+        &self,
+        error: WsError,
+        conversation_id: Option<&str>,
+        parent_id: Option<&str>,
+    ) {
+        let id = format!("error-{}", uuid::Uuid::now_v7());
+        let now = Utc::now();
+        self.send(error.to_message(id.clone(), conversation_id, parent_id, now))
+            .await;
+        if let (Some(conversation_id), Some(parent_id)) = (conversation_id, parent_id)
+            && self.dialect().ends_failed_turns()
+        {
+            self.send(WsMessage::response_end(id, conversation_id, parent_id, now))
+                .await;
+        }
+    }
+
+    fn dialect(&self) -> WsDialect {
+        self.client
+            .lock()
+            .map(|client| client.dialect)
+            .unwrap_or_default()
+    }
+
+    /// The prompt an answer's `parent_id` names ([`Client::prompt_named`]).
+    fn prompt_named(&self, parent_id: &str) -> String {
+        self.client
+            .lock()
+            .ok()
+            .and_then(|client| client.prompt_named(parent_id))
+            .unwrap_or_else(|| parent_id.to_owned())
+    }
+
     async fn handle(&self, raw: &str) {
+        let value: Value = serde_json::from_str(raw).unwrap_or_default();
+        // Decided before the message is read, so a refusal is in the client's values too.
+        if let Some(dialect) = WsDialect::requested_by(&value)
+            && let Ok(mut client) = self.client.lock()
+        {
+            client.dialect = dialect;
+        }
         match parse_inbound(raw) {
             Err(error) => {
                 // Name the conversation and message when they can be read.
-                let value: Value = serde_json::from_str(raw).unwrap_or_default();
                 let conversation = value
                     .get("conversation_id")
                     .or_else(|| value.get("session_id"))
                     .and_then(Value::as_str);
                 let parent = value.get("id").and_then(Value::as_str);
-                self.error(error, conversation, parent).await;
+                if value.get("type").and_then(Value::as_str) == Some("user_message") {
+                    self.refuse_turn(error, conversation, parent).await;
+                } else {
+                    self.error(error, conversation, parent).await;
+                }
             }
             Ok(Inbound::UserMessage {
                 id,
@@ -251,7 +374,7 @@ impl Session {
                     UserContent::Text(answer.clone()),
                 );
                 let answer = Answer {
-                    prompt_id: parent_id,
+                    prompt_id: self.prompt_named(&parent_id),
                     reply: Reply::Answer(Value::String(answer)),
                 };
                 self.start(input, Some(answer), &conversation_id, &id).await;
@@ -286,14 +409,20 @@ impl Session {
         conversation_id: &str,
         parent_id: &str,
     ) {
+        let turn = answer.is_none();
         if let Err(violation) = protocol::validate::validate_conversation(&input) {
             let error = WsError::new(
                 WsErrorCode::InvalidUserMessageContent,
                 violation.message,
                 violation.field,
             );
-            self.error(error, Some(conversation_id), Some(parent_id))
-                .await;
+            if turn {
+                self.refuse_turn(error, Some(conversation_id), Some(parent_id))
+                    .await;
+            } else {
+                self.error(error, Some(conversation_id), Some(parent_id))
+                    .await;
+            }
             return;
         }
         let span = tracing::info_span!("runs.ws.turn", conversation.id = %conversation_id);
@@ -304,10 +433,17 @@ impl Session {
         let accepted = match accepted {
             Ok(accepted) => accepted,
             Err(err) => {
-                // An answer that cannot be taken is about the prompt it names.
-                let about = answered.as_deref().unwrap_or(parent_id);
-                self.error(api_error(err), Some(conversation_id), Some(about))
-                    .await;
+                match answered {
+                    // An answer that cannot be taken is about the prompt it names.
+                    Some(prompt) => {
+                        self.error(api_error(err), Some(conversation_id), Some(&prompt))
+                            .await;
+                    }
+                    None => {
+                        self.refuse_turn(api_error(err), Some(conversation_id), Some(parent_id))
+                            .await;
+                    }
+                }
                 return;
             }
         };
@@ -316,7 +452,7 @@ impl Session {
             return;
         };
         let session = self.clone();
-        let mapper = WsMapper::new(conversation_id, parent_id, trace_id);
+        let mapper = WsMapper::new(conversation_id, parent_id, trace_id).in_dialect(self.dialect());
         tokio::spawn(async move { session.forward(task_id, 0, mapper, false).await });
     }
 
@@ -357,7 +493,7 @@ impl Session {
                 t.trace_id.clone(),
             )
         });
-        let mapper = WsMapper::new(&record.thread_id, &parent, trace);
+        let mapper = WsMapper::new(&record.thread_id, &parent, trace).in_dialect(self.dialect());
         let session = self.clone();
         let task_id = record.task_id;
         tokio::spawn(async move { session.forward(task_id, seq, mapper, true).await });
@@ -444,7 +580,8 @@ impl Session {
                     .ok()
                     .flatten()
                     .and_then(|t| t.trace_id);
-                let mapper = WsMapper::new(&last.thread_id, &parent, trace);
+                let mapper =
+                    WsMapper::new(&last.thread_id, &parent, trace).in_dialect(self.dialect());
                 Box::pin(self.forward(record.task_id, 0, mapper, false)).await;
                 return;
             }
@@ -564,5 +701,72 @@ fn api_error(err: StartError) -> WsError {
                 "unavailable",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn prompt(id: &str, parent: &str) -> WsMessage {
+        WsMessage {
+            kind: WsType::SystemInteractionMessage,
+            id: id.to_owned(),
+            thread_id: Some(Some("c1".to_owned())),
+            parent_id: Some(parent.to_owned()),
+            intermediate_parent_id: None,
+            conversation_id: Some("c1".to_owned()),
+            content: json!({"input_type": "text", "text": "Why?"}),
+            status: Some(protocol::ws::WsStatus::InProgress),
+            timestamp: "2025-01-13T10:00:03.000Z".to_owned(),
+        }
+    }
+
+    #[test]
+    fn an_answer_names_a_prompt_sent_here_by_its_id_or_its_parent_id() {
+        let mut client = Client::default();
+        client.sending(&prompt("p1", "m1"));
+        assert_eq!(client.prompt_named("p1").as_deref(), Some("p1"));
+        assert_eq!(client.prompt_named("m1").as_deref(), Some("p1"));
+        // The run that continues asks again about the same user message: the latest is meant.
+        client.sending(&prompt("p2", "m1"));
+        assert_eq!(client.prompt_named("m1").as_deref(), Some("p2"));
+        assert_eq!(
+            client.prompt_named("p1").as_deref(),
+            Some("p1"),
+            "a prompt's own id is always itself"
+        );
+        assert_eq!(client.prompt_named("elsewhere"), None);
+    }
+
+    #[test]
+    fn a_prompt_sent_again_is_remembered_once_and_only_the_last_ones_are_kept() {
+        let mut client = Client::default();
+        client.sending(&prompt("p1", "m1"));
+        client.sending(&prompt("p1", "m1"));
+        assert_eq!(client.prompts.len(), 1);
+        for i in 0..PROMPTS_KEPT + 1 {
+            client.sending(&prompt(&format!("q{i}"), &format!("u{i}")));
+        }
+        assert_eq!(client.prompts.len(), PROMPTS_KEPT);
+        assert_eq!(client.prompt_named("m1"), None, "the oldest is forgotten");
+        assert_eq!(
+            client.prompt_named(&format!("u{PROMPTS_KEPT}")),
+            Some(format!("q{PROMPTS_KEPT}"))
+        );
+    }
+
+    #[test]
+    fn only_prompts_are_remembered_and_every_message_gets_the_clients_dialect() {
+        let mut client = Client {
+            dialect: WsDialect::Toolkit,
+            ..Client::default()
+        };
+        let mut reply = prompt("r1:3", "m1");
+        reply.kind = WsType::SystemResponseMessage;
+        assert_eq!(client.sending(&reply), WsDialect::Toolkit);
+        assert_eq!(client.prompt_named("m1"), None);
     }
 }

@@ -20,7 +20,9 @@
 //! `js-publish-loop --prefix P --mode register-agent` instead registers the worker's built-in
 //! echo agent as the default agent of the prefix, as a worker does at start (so the runs service
 //! under test chooses an agent and checks every run's input against its schema, as it does in a
-//! deployment), and prints its name.
+//! deployment), and prints its name. With `--keep-registered-secs N` it then registers the card
+//! again every 15 s for N seconds, as a running worker does (a card not registered again leaves
+//! the catalog after a minute).
 //!
 //! `js-publish-loop --prefix P --mode cleanup` instead deletes every stream of the prefix (the
 //! RUNS and RUN_EVENTS streams and the KV buckets, which are streams too: what a benchmark left
@@ -89,7 +91,14 @@ async fn main() -> anyhow::Result<()> {
     {
         "publish" => {}
         "cleanup" => return switchboard_bench::cleanup(&js, &settings.names).await,
-        "register-agent" => return register_agent(&js, &config).await,
+        "register-agent" => {
+            let keep = args.parsed(
+                "keep-registered-secs",
+                "BENCH_KEEP_REGISTERED_SECS",
+                0.0_f64,
+            )?;
+            return register_agent(&js, &config, Duration::from_secs_f64(keep.max(0.0))).await;
+        }
         other => anyhow::bail!("--mode {other:?}: use publish, register-agent or cleanup"),
     }
     platform::nats::ensure_streams(&js, &config).await?;
@@ -111,14 +120,27 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Registers the worker's echo agent as the default, with the worker's own code.
-async fn register_agent(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
+/// Registers the worker's echo agent as the default, with the worker's own code, and again
+/// every [`platform::nats::AGENT_REFRESH`] for `keep`.
+async fn register_agent(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+    keep: Duration,
+) -> anyhow::Result<()> {
     let buckets = platform::nats::ensure_run_buckets(js, config).await?;
     let agents = worker::registry::AgentSet::new(vec![Arc::new(worker::agent::EchoAgent)], "echo")?;
     agents.register(&buckets.agents).await?;
     let line =
         json!({"target": "register-agent", "prefix": config.names.prefix(), "agent": "echo"});
-    writeln!(std::io::stdout().lock(), "{line}")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    drop(out);
+    let until = Instant::now() + keep;
+    while Instant::now() + platform::nats::AGENT_REFRESH < until {
+        tokio::time::sleep(platform::nats::AGENT_REFRESH).await;
+        agents.register(&buckets.agents).await?;
+    }
     Ok(())
 }
 

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
-    MAX_CONVERSATION_ID_CHARS, MAX_TEXT_CHARS, MAX_WS_MESSAGE_BYTES, WsError, WsErrorCode,
+    MAX_CONVERSATION_ID_CHARS, MAX_TEXT_CHARS, MAX_WS_MESSAGE_BYTES, SEED_SCHEMA_TYPES,
+    TOOLKIT_SCHEMA_TYPES, WsError, WsErrorCode,
 };
 use crate::run_input::{ContentBlock, SourcePart, TextBlock, UserContent};
 
@@ -254,7 +255,8 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for Fields<T> {
 /// `user_message`.
 #[derive(Deserialize)]
 struct Turn {
-    /// Checked, not kept: every response is streamed text.
+    /// Checked, not kept: every response is streamed text (the socket's dialect is read from
+    /// it apart, refused message or not: [`super::WsDialect::requested_by`]).
     #[serde(rename = "schema_type")]
     _schema_type: SchemaType,
     id: Required,
@@ -276,7 +278,8 @@ impl Turn {
 /// `user_interaction_message`.
 #[derive(Deserialize)]
 struct Answer {
-    /// Checked, not kept: every response is streamed text.
+    /// Checked, not kept: every response is streamed text (the socket's dialect is read from
+    /// it apart, refused message or not: [`super::WsDialect::requested_by`]).
     #[serde(rename = "schema_type")]
     _schema_type: SchemaType,
     id: Required,
@@ -355,9 +358,16 @@ impl<'de> Deserialize<'de> for ChatText {
     }
 }
 
-/// The response schemas a client may ask for with `schema_type`: `string`, the streamed text
-/// of the seed's `system_response_message` (also when absent).
-const SCHEMA_TYPES: [&str; 1] = ["string"];
+/// The response schemas a client may ask for with `schema_type`: the seed's `string` (also when
+/// absent) and the NeMo Agent Toolkit's four, which its UI sends; each is answered with the
+/// streamed text of `system_response_message`s.
+const SCHEMA_TYPES: [&str; 5] = [
+    SEED_SCHEMA_TYPES[0],
+    TOOLKIT_SCHEMA_TYPES[0],
+    TOOLKIT_SCHEMA_TYPES[1],
+    TOOLKIT_SCHEMA_TYPES[2],
+    TOOLKIT_SCHEMA_TYPES[3],
+];
 
 /// `schema_type`: absent, `null` or one of [`SCHEMA_TYPES`].
 struct SchemaType;
@@ -809,6 +819,85 @@ mod tests {
     }
 
     #[test]
+    fn the_nemo_agent_toolkits_schema_types_are_accepted_on_turns_and_answers() {
+        for kind in ["chat_stream", "chat", "generate_stream", "generate"] {
+            assert_eq!(
+                read(&with(turn(), "schema_type", json!(kind))),
+                user_message(vec![text("hello")]),
+                "{kind}"
+            );
+            assert!(
+                matches!(
+                    read(&with(answer(), "schema_type", json!(kind))),
+                    Inbound::UserInteraction { .. }
+                ),
+                "{kind}"
+            );
+        }
+    }
+
+    /// What the NeMo Agent Toolkit UI sends (`components/Chat/Chat.tsx`, `handleSend`): its
+    /// custom payload fields, the schema type of its settings (`chat_stream` by default), a
+    /// uuid, the conversation's id, the whole conversation when its chat history is on (an
+    /// assistant message's text part may be empty), and a timestamp.
+    fn nemo_ui_turn() -> Value {
+        json!({
+            "custom_field": {"from": "settings"},
+            "type": "user_message",
+            "schema_type": "chat_stream",
+            "id": "5f0c1a0e-2b8d-4a56-9d43-3f1e0b7c2a11",
+            "conversation_id": "0b6f7c2e-9a4d-4e1b-8f7a-6c5d4e3b2a19",
+            "content": {"messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Hello"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+                {"role": "user", "content": [{"type": "text", "text": "What can you do?"}]}
+            ]},
+            "timestamp": "2026-07-01T09:30:00.123Z"
+        })
+    }
+
+    #[test]
+    fn the_nemo_ui_user_message_is_read_as_its_last_user_message() {
+        assert_eq!(
+            read(&nemo_ui_turn()),
+            Inbound::UserMessage {
+                id: "5f0c1a0e-2b8d-4a56-9d43-3f1e0b7c2a11".to_owned(),
+                conversation_id: "0b6f7c2e-9a4d-4e1b-8f7a-6c5d4e3b2a19".to_owned(),
+                content: UserContent::Blocks(vec![text("What can you do?")]),
+            }
+        );
+        // Its chat history off: only the last message, as sent.
+        let mut last_only = nemo_ui_turn();
+        last_only["content"]["messages"] =
+            json!([{"role": "user", "content": [{"type": "text", "text": "What can you do?"}]}]);
+        assert_eq!(read(&last_only), read(&nemo_ui_turn()));
+    }
+
+    #[test]
+    fn the_nemo_ui_answer_to_a_prompt_is_read_with_the_parent_id_it_sends() {
+        // `handleUserInteraction`: no schema_type, the prompt's thread_id and parent_id (the
+        // user message's id, not the prompt's), the chosen option's value as a text part.
+        let answer = json!({
+            "type": "user_interaction_message",
+            "id": "9c2d4e6f-1a3b-4c5d-8e7f-0a1b2c3d4e5f",
+            "conversation_id": "0b6f7c2e-9a4d-4e1b-8f7a-6c5d4e3b2a19",
+            "thread_id": "0b6f7c2e-9a4d-4e1b-8f7a-6c5d4e3b2a19",
+            "parent_id": "5f0c1a0e-2b8d-4a56-9d43-3f1e0b7c2a11",
+            "content": {"messages": [{"role": "user", "content": [{"type": "text", "text": "sms"}]}]},
+            "timestamp": "2026-07-01T09:30:05.456Z"
+        });
+        assert_eq!(
+            read(&answer),
+            Inbound::UserInteraction {
+                id: "9c2d4e6f-1a3b-4c5d-8e7f-0a1b2c3d4e5f".to_owned(),
+                conversation_id: "0b6f7c2e-9a4d-4e1b-8f7a-6c5d4e3b2a19".to_owned(),
+                parent_id: "5f0c1a0e-2b8d-4a56-9d43-3f1e0b7c2a11".to_owned(),
+                answer: "sms".to_owned(),
+            }
+        );
+    }
+
+    #[test]
     fn any_other_schema_type_is_refused_quoting_its_json() {
         for (kind, shown) in [
             (json!("json_schema"), r#""json_schema""#),
@@ -816,13 +905,15 @@ mod tests {
             (json!(5), "5"),
             (json!(1.5), "1.5"),
             (json!(["string"]), r#"["string"]"#),
+            (json!("CHAT_STREAM"), r#""CHAT_STREAM""#),
+            (json!("chat-stream"), r#""chat-stream""#),
             (json!({"b": 1, "a": 2}), r#"{"b":1,"a":2}"#),
         ] {
             assert_eq!(
                 refusal(&with(turn(), "schema_type", kind)),
                 invalid(
                     &format!(
-                        r#"schema_type must be one of ["string"] (the response is streamed text), not {shown}"#
+                        r#"schema_type must be one of ["string", "chat_stream", "chat", "generate_stream", "generate"] (the response is streamed text), not {shown}"#
                     ),
                     "schema_type"
                 )
