@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use test_support::Infra;
 use tokio_util::sync::CancellationToken;
 
+pub mod agent_server;
 pub mod cluster;
+pub mod fake_agent;
 pub mod gateway;
 
 /// How long a test waits for something that happens asynchronously (a run reaching history).
@@ -256,11 +258,22 @@ impl TestPlatform {
 
     /// Starts another worker replica on the same NATS, with the same settings.
     pub async fn spawn_worker_replica(&self) -> anyhow::Result<CancellationToken> {
-        let worker = worker::Application::build(worker::Config {
+        self.spawn_worker_replica_with(|_| {}).await
+    }
+
+    /// Starts another worker replica on the same NATS, with the platform's settings as
+    /// `change` leaves them (another agents file, say); it stops with the platform or when the
+    /// returned token is cancelled.
+    pub async fn spawn_worker_replica_with(
+        &self,
+        change: impl FnOnce(&mut worker::Config),
+    ) -> anyhow::Result<CancellationToken> {
+        let mut config = worker::Config {
             addr: any_port(),
             ..self.worker_config.clone()
-        })
-        .await?;
+        };
+        change(&mut config);
+        let worker = worker::Application::build(config).await?;
         let stop = self.shutdown.child_token();
         tokio::spawn(worker.run(stop.clone()));
         Ok(stop)
@@ -802,16 +815,28 @@ impl ProcessPlatform {
     /// Starts the four binaries with their own database, prefix and bucket, and waits until
     /// each answers `/readyz` with 200.
     pub async fn spawn() -> anyhow::Result<Self> {
+        Self::spawn_with_env(&[]).await
+    }
+
+    /// Like [`ProcessPlatform::spawn`], every service (and every restart) also getting `extra`
+    /// in its environment, after [`binary_env`]'s, so it may override one of those
+    /// (e.g. `SB_WORKER_AGENTS_FILE`).
+    pub async fn spawn_with_env(extra: &[(&str, &str)]) -> anyhow::Result<Self> {
         let infra = Infra::from_env();
         let nats = infra.fresh_nats();
         let s3 = infra.fresh_s3();
         let database = infra.fresh_database().await?;
-        let common = binary_env(
+        let mut common = binary_env(
             &infra,
             &infra.nats_url,
             nats.names.prefix(),
             &s3,
             database.expose_secret(),
+        );
+        common.extend(
+            extra
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
         );
         let mut children = Vec::new();
         let mut urls = Vec::new();

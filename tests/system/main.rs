@@ -1,6 +1,7 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
 
 mod admission;
+mod agent_registration;
 mod agents;
 mod agui;
 mod attachment_content;
@@ -17,6 +18,8 @@ mod jetstream;
 mod metrics;
 mod migrations;
 mod openai_backend;
+mod remote_agent_faults;
+mod remote_agents;
 mod resilience;
 mod run_contract;
 mod security;

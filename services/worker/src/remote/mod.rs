@@ -482,30 +482,29 @@ impl RemoteAgent {
         Ok(())
     }
 
-    /// The messages the agent gets: the conversation as the client sent it (AG-UI clients
-    /// resend it whole), or the thread's earlier messages from history followed by the new
-    /// turn; files as signed links or extracted text.
+    /// The messages the agent gets: the thread's earlier messages from history (as first sent),
+    /// then the run's own messages history does not hold (by id: a client that resends the
+    /// whole conversation, as AG-UI's `HttpAgent` does, adds only its new turn); a run that
+    /// continues after a prompt gets the earlier messages only (the answer goes in `resume`).
+    /// Files as signed links or extracted text.
     async fn messages(
         &self,
         input: &ModelInput<'_>,
         sink: &EventSink,
     ) -> anyhow::Result<Vec<Value>> {
         let task = input.task;
-        let own: Vec<Value> = task
-            .input
-            .messages
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()?;
-        let mut messages = if task.conversation && !own.is_empty() {
-            own
-        } else {
-            let mut earlier = self.history(task, input.runs_seq, sink).await?;
-            if task.resumed.is_none() {
-                earlier.extend(own);
+        let mut messages = self.history(task, input.runs_seq, sink).await?;
+        if task.resumed.is_none() {
+            let known: std::collections::HashSet<String> = messages
+                .iter()
+                .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                .collect();
+            for message in &task.input.messages {
+                if !known.contains(message.id()) {
+                    messages.push(serde_json::to_value(message)?);
+                }
             }
-            earlier
-        };
+        }
         self.files(&mut messages, input).await;
         Ok(messages)
     }
