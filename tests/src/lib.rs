@@ -68,6 +68,8 @@ pub struct Options {
     /// The worker's remote agents file (`SB_WORKER_AGENTS_FILE`); built-in agents only when
     /// `None`.
     pub agents_file: Option<std::path::PathBuf>,
+    /// Whether the worker runs the built-in test agents (`SB_WORKER_TEST_AGENTS`).
+    pub worker_test_agents: bool,
 }
 
 impl Default for Options {
@@ -92,6 +94,7 @@ impl Default for Options {
             attachments_public_url: None,
             kv_max_bytes: None,
             agents_file: None,
+            worker_test_agents: true,
         }
     }
 }
@@ -209,6 +212,7 @@ impl TestPlatform {
             s3: Some(s3.clone()),
             extraction: worker::attachments::ExtractionConfig::default(),
             agents_file: options.agents_file.clone(),
+            test_agents: options.worker_test_agents,
         };
         let worker = worker::Application::build(worker_config.clone()).await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");

@@ -128,3 +128,53 @@ async fn an_agent_no_worker_serves_any_more_leaves_the_catalog_and_runs_naming_i
     );
     let _: Value = body;
 }
+
+#[tokio::test]
+async fn without_the_test_agents_only_the_configured_agents_are_offered_and_echo_is_refused() {
+    let dir = std::env::temp_dir().join(format!("sb-no-test-agents-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("agents.toml");
+    let port = free_port().unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "[[agents]]\nname = \"assistant\"\nurl = \"http://127.0.0.1:{port}/\"\n\
+             description = \"The deployment's agent.\"\ndefault = true\n"
+        ),
+    )
+    .unwrap();
+    let platform = TestPlatform::spawn_with(switchboard_system_tests::Options {
+        agents_file: Some(file),
+        worker_test_agents: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let alice = platform.infra.token("alice");
+    let names = wait_for_catalog(
+        &platform,
+        &alice,
+        Duration::from_secs(10),
+        "the configured agent listed",
+        |names| !names.is_empty(),
+    )
+    .await;
+    assert_eq!(names, ["assistant"], "no test agent is offered");
+    let (_, body) = platform
+        .api()
+        .get_runs(&alice, "/api/v1/agents")
+        .await
+        .unwrap();
+    assert_eq!(body["default"], "assistant", "{body}");
+    for agent in ["echo", "echo-text"] {
+        let mut run = text_run(
+            &uuid::Uuid::new_v4().to_string(),
+            "r1",
+            "/file-large a.txt 102400",
+        );
+        run["forwardedProps"] = json!({"agent": agent});
+        let (status, body) = platform.api().post_run(&alice, &run).await.unwrap();
+        assert_eq!(status, 422, "{agent}: {body}");
+        assert_eq!(body["error"]["field"], "/forwardedProps/agent", "{body}");
+    }
+}

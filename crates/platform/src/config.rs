@@ -26,10 +26,25 @@ pub enum ConfigError {
     },
 }
 
+/// JWT secrets published in this repository (the local scripts' and the dev overlay's):
+/// production refuses them.
+pub const DEVELOPMENT_JWT_SECRETS: &[&str] = &["switchboard-local-development-secret-0123456789"];
+
 /// A snapshot of environment variables to read settings from.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Env {
     vars: HashMap<String, String>,
+}
+
+/// The names of the variables only: their values may be secrets.
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&String> = self.vars.keys().collect();
+        names.sort();
+        f.debug_struct("Env")
+            .field("names", &names)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Env {
@@ -114,8 +129,19 @@ impl Env {
             audience: self.optional("SB_JWT_AUDIENCE")?,
         };
         // In production a token must name who issued it and for whom: a token of another
-        // service of the same identity provider must not open this one.
+        // service of the same identity provider must not open this one; and nobody may sign
+        // with a secret anyone can read in this repository.
         if self.production()? {
+            use secrecy::ExposeSecret as _;
+            if algorithm == JwtAlgorithm::Hs256
+                && DEVELOPMENT_JWT_SECRETS.contains(&config.key.expose_secret())
+            {
+                return Err(ConfigError::Invalid {
+                    name: "SB_JWT_SECRET".to_owned(),
+                    reason: "is the repository's development secret; production needs its own"
+                        .to_owned(),
+                });
+            }
             for (name, value) in [
                 ("SB_JWT_ISSUER", &config.issuer),
                 ("SB_JWT_AUDIENCE", &config.audience),
@@ -177,11 +203,39 @@ impl Env {
                 reason: "JetStream replicas are 1 to 5".to_owned(),
             });
         }
+        let url: String = self.or("SB_NATS_URL", "nats://127.0.0.1:4222".to_owned())?;
+        let credentials = self.nats_credentials()?;
+        // Production talks to NATS as its own user over TLS, unless an operator says the
+        // network already provides both (`SB_NATS_ALLOW_INSECURE=true`, e.g. a service mesh).
+        if self.production()? && !self.or("SB_NATS_ALLOW_INSECURE", false)? {
+            let authenticated = credentials.user.is_some() || credentials.creds_file.is_some();
+            if !authenticated {
+                return Err(ConfigError::Invalid {
+                    name: "SB_NATS_USER".to_owned(),
+                    reason: "production needs NATS authentication (SB_NATS_USER and \
+                             SB_NATS_PASSWORD, or SB_NATS_CREDS_FILE), or \
+                             SB_NATS_ALLOW_INSECURE=true"
+                        .to_owned(),
+                });
+            }
+            let tls = credentials.tls_required
+                || url
+                    .split(',')
+                    .all(|server| server.trim().starts_with("tls://"));
+            if !tls {
+                return Err(ConfigError::Invalid {
+                    name: "SB_NATS_TLS_REQUIRED".to_owned(),
+                    reason: "production needs TLS to NATS (SB_NATS_TLS_REQUIRED=true or tls:// \
+                             URLs), or SB_NATS_ALLOW_INSECURE=true"
+                        .to_owned(),
+                });
+            }
+        }
         Ok(crate::nats::NatsConfig {
-            url: self.or("SB_NATS_URL", "nats://127.0.0.1:4222".to_owned())?,
+            url,
             names,
             limits,
-            credentials: self.nats_credentials()?,
+            credentials,
         })
     }
 
@@ -311,6 +365,93 @@ mod tests {
         assert!(
             Env::from_pairs([secret]).auth().is_ok(),
             "development by default"
+        );
+    }
+
+    #[test]
+    fn production_refuses_the_repositorys_development_secret() {
+        let base = [
+            ("SB_ENV", "production"),
+            ("SB_JWT_ISSUER", "https://auth.example.com/"),
+            ("SB_JWT_AUDIENCE", "switchboard"),
+        ];
+        let with = |secret: &'static str| {
+            Env::from_pairs(base.into_iter().chain([("SB_JWT_SECRET", secret)]))
+        };
+        let err = with(DEVELOPMENT_JWT_SECRETS[0])
+            .auth()
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("SB_JWT_SECRET") && e.contains("development")),
+            "{err:?}"
+        );
+        assert!(
+            with("an-operators-own-secret-0123456789abcdef")
+                .auth()
+                .is_ok()
+        );
+        let development = Env::from_pairs([("SB_JWT_SECRET", DEVELOPMENT_JWT_SECRETS[0])]);
+        assert!(development.auth().is_ok(), "development keeps working");
+    }
+
+    #[test]
+    fn production_needs_an_authenticated_tls_connection_to_nats_unless_allowed() {
+        let production = |extra: &[(&'static str, &'static str)]| {
+            Env::from_pairs(
+                [("SB_ENV", "production")]
+                    .into_iter()
+                    .chain(extra.iter().copied()),
+            )
+            .nats()
+            .err()
+            .map(|e| e.to_string())
+        };
+        let anonymous = production(&[]);
+        assert!(
+            anonymous
+                .as_deref()
+                .is_some_and(|e| e.contains("SB_NATS_USER")),
+            "{anonymous:?}"
+        );
+        let user = [("SB_NATS_USER", "runs"), ("SB_NATS_PASSWORD", "pw")];
+        let plaintext = production(&user);
+        assert!(
+            plaintext
+                .as_deref()
+                .is_some_and(|e| e.contains("SB_NATS_TLS_REQUIRED")),
+            "{plaintext:?}"
+        );
+        let tls = [user[0], user[1], ("SB_NATS_TLS_REQUIRED", "true")];
+        assert_eq!(production(&tls), None);
+        let tls_urls = [
+            user[0],
+            user[1],
+            ("SB_NATS_URL", "tls://a:4222,tls://b:4222"),
+        ];
+        assert_eq!(production(&tls_urls), None);
+        assert_eq!(production(&[("SB_NATS_ALLOW_INSECURE", "true")]), None);
+        assert!(
+            Env::from_pairs([("X", "1")]).nats().is_ok(),
+            "development is unchanged"
+        );
+    }
+
+    #[test]
+    fn debug_output_names_variables_without_their_values() {
+        let env = Env::from_pairs([
+            ("SB_JWT_SECRET", "hunter2-hunter2"),
+            ("SB_ENV", "development"),
+        ]);
+        let shown = format!("{env:?}");
+        assert!(
+            shown.contains("SB_JWT_SECRET") && shown.contains("SB_ENV"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("development"),
+            "{shown}"
         );
     }
 }

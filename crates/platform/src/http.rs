@@ -187,7 +187,17 @@ pub async fn serve(
         .fallback(fallback)
         .layer(axum::middleware::from_fn(crate::metrics::track))
         .layer(PropagateRequestIdLayer::new(x_request_id.clone()))
-        .layer(TraceLayer::new_for_http())
+        // The span names the path, never the query: a download link's signature is in it.
+        .layer(TraceLayer::new_for_http().make_span_with(
+            |request: &axum::http::Request<axum::body::Body>| {
+                tracing::debug_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    version = ?request.version(),
+                )
+            },
+        ))
         .layer(SetRequestIdLayer::new(x_request_id, MakeRequestUuid));
     // Small writes (SSE events, WebSocket frames) go out at once, not after Nagle's delay.
     let listener = listener.tap_io(|tcp| {

@@ -109,9 +109,31 @@ pub async fn connect(
         .require_tls(credentials.tls_required)
         .connect(servers)
         .await
-        .with_context(|| format!("cannot connect to NATS at {}", config.url))?;
+        .with_context(|| {
+            format!(
+                "cannot connect to NATS at {}",
+                without_userinfo(&config.url)
+            )
+        })?;
     let js = jetstream::new(client.clone());
     Ok((client, js))
+}
+
+/// `url` (a comma-separated list of servers) with any `user:password@` taken out, for messages.
+fn without_userinfo(url: &str) -> String {
+    url.split(',')
+        .map(|server| {
+            let server = server.trim();
+            match (server.find("://"), server.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    format!("{}://{}", &server[..scheme], &server[at + 1..])
+                }
+                (None, Some(at)) => server[at + 1..].to_owned(),
+                _ => server.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Creates the RUNS and RUN_EVENTS streams, or brings their limits and replicas in line with
@@ -856,5 +878,14 @@ mod tests {
         assert_eq!(borrowed, owned);
         let RunTask::V1(back) = serde_json::from_slice(&borrowed).unwrap();
         assert_eq!(back, task);
+    }
+
+    #[test]
+    fn credentials_in_a_nats_url_are_not_shown() {
+        assert_eq!(
+            super::without_userinfo("nats://runs:s3cret@a:4222, tls://b:4222"),
+            "nats://a:4222,tls://b:4222"
+        );
+        assert_eq!(super::without_userinfo("user:pw@host:4222"), "host:4222");
     }
 }

@@ -65,6 +65,10 @@ pub struct Config {
     /// The remote agents this worker relays to (`SB_WORKER_AGENTS_FILE`, a TOML file of
     /// `[[agents]]`; see [`remote::config`]); none when unset.
     pub agents_file: Option<std::path::PathBuf>,
+    /// Whether the built-in test agents `echo` and `echo-text` run (`SB_WORKER_TEST_AGENTS`,
+    /// default `true` in development, `false` with `SB_ENV=production`, which refuses `true`):
+    /// their commands (`/file-large`, `/ask`, `/slow`) are for tests, not for users.
+    pub test_agents: bool,
 }
 
 impl Config {
@@ -82,6 +86,14 @@ impl Config {
             return Err(ConfigError::Invalid {
                 name: "SB_WORKER_ACK_WAIT_SECS".to_owned(),
                 reason: "must be at least 3".to_owned(),
+            });
+        }
+        let production = env.production()?;
+        let test_agents = env.or("SB_WORKER_TEST_AGENTS", !production)?;
+        if production && test_agents {
+            return Err(ConfigError::Invalid {
+                name: "SB_WORKER_TEST_AGENTS".to_owned(),
+                reason: "the built-in test agents are refused with SB_ENV=production".to_owned(),
             });
         }
         Ok(Self {
@@ -103,6 +115,7 @@ impl Config {
             agents_file: env
                 .raw("SB_WORKER_AGENTS_FILE")
                 .map(std::path::PathBuf::from),
+            test_agents,
         })
     }
 }
@@ -124,17 +137,24 @@ impl platform::service::Service for Application {
 
     /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
     async fn build(config: Config) -> anyhow::Result<Self> {
-        // The built-in agents always; the model backend when configured, then the default.
-        let mut agents: Vec<Arc<dyn agent::Agent>> =
-            vec![Arc::new(agent::EchoAgent), Arc::new(agent::TextOnlyEcho)];
+        // The test agents when enabled; the model backend when configured, then the default
+        // (a remote agent marked default in the agents file takes its place).
+        let mut agents: Vec<Arc<dyn agent::Agent>> = Vec::new();
+        if config.test_agents {
+            agents.push(Arc::new(agent::EchoAgent));
+            agents.push(Arc::new(agent::TextOnlyEcho));
+        }
         let default = match &config.openai {
             Some(openai) => {
                 agents.push(Arc::new(openai::OpenAiAgent::new(openai.clone())?));
-                "openai"
+                Some("openai")
             }
-            None => "echo",
+            None => config.test_agents.then_some("echo"),
         };
-        let agents = registry::AgentSet::new(agents, default)?;
+        let agents = match default {
+            Some(default) => registry::AgentSet::new(agents, default)?,
+            None => registry::AgentSet::without_default(),
+        };
         Application::build_with_agents(config, agents).await
     }
 
@@ -181,6 +201,12 @@ impl Application {
                 agents.with_remote(remote_agents)?
             }
         };
+        anyhow::ensure!(
+            agents.has_default(),
+            "no default agent: configure the model backend (SB_OPENAI_*), mark an agent of \
+             SB_WORKER_AGENTS_FILE default = true, or enable the test agents \
+             (SB_WORKER_TEST_AGENTS=true, development only)"
+        );
         let reader = config.s3.as_ref().map(|s3| {
             let extractor = attachments::Extractor::new(&config.extraction);
             attachments::AttachmentReader::new(s3, extractor)
@@ -213,5 +239,48 @@ impl Application {
             router,
             consumer,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+        Config::from_env(&Env::from_pairs(pairs.iter().copied()))
+    }
+
+    #[test]
+    fn the_test_agents_run_in_development_and_are_refused_in_production() {
+        assert!(config(&[]).unwrap().test_agents);
+        assert!(
+            !config(&[("SB_WORKER_TEST_AGENTS", "false")])
+                .unwrap()
+                .test_agents
+        );
+        let production = [("SB_ENV", "production"), ("SB_NATS_ALLOW_INSECURE", "true")];
+        assert!(!config(&production).unwrap().test_agents);
+        let refused = config(&[
+            production[0],
+            production[1],
+            ("SB_WORKER_TEST_AGENTS", "true"),
+        ])
+        .err()
+        .map(|e| e.to_string());
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("SB_WORKER_TEST_AGENTS")),
+            "{refused:?}"
+        );
+        let unauthenticated = config(&[("SB_ENV", "production")])
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            unauthenticated
+                .as_deref()
+                .is_some_and(|e| e.contains("SB_NATS_USER")),
+            "the worker reads SB_ENV too: {unauthenticated:?}"
+        );
     }
 }

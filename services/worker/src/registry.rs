@@ -44,6 +44,19 @@ impl AgentSet {
         })
     }
 
+    /// An empty set whose default comes with a remote agent ([`AgentSet::with_remote`]).
+    pub fn without_default() -> Self {
+        Self {
+            agents: BTreeMap::new(),
+            default: String::new(),
+        }
+    }
+
+    /// Whether runs that name no agent have one to go to.
+    pub fn has_default(&self) -> bool {
+        self.agents.contains_key(&self.default)
+    }
+
     /// The names of its agents.
     pub fn names(&self) -> Vec<String> {
         self.agents.keys().cloned().collect()

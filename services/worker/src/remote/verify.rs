@@ -539,7 +539,7 @@ mod tests {
     fn out_of_order_events_are_protocol_errors_naming_them() {
         let content = json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"});
         assert!(error_of(&[started(), content.clone()]).contains("without its TEXT_MESSAGE_START"));
-        assert!(error_of(&[content.clone()]).contains("before RUN_STARTED"));
+        assert!(error_of(std::slice::from_ref(&content)).contains("before RUN_STARTED"));
         assert!(
             error_of(&[started(), finished(), content.clone()]).contains("after the run's end")
         );
