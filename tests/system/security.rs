@@ -2025,3 +2025,14 @@ async fn a_refused_websocket_upgrade_says_how_to_authenticate() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_worker_is_not_dumpable_so_its_extraction_helpers_cannot_read_its_secrets() {
+    // In-process: building the worker makes this process non-dumpable, as it makes the worker
+    // binary (its /proc/<pid>/environ and memory closed to same-user processes).
+    let _platform = TestPlatform::spawn().await.unwrap();
+    assert_eq!(
+        rustix::process::dumpable_behavior().unwrap(),
+        rustix::process::DumpableBehavior::NotDumpable
+    );
+}

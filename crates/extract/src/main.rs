@@ -25,9 +25,11 @@ fn limit(resource: Resource, value: u64) -> io::Result<()> {
     .map_err(io::Error::from)
 }
 
-/// Dies with the worker, dumps no core, and stays within the request's memory and time.
+/// Dies with the worker, dumps no core, can gain no privilege (no setuid binary, no file
+/// capability), and stays within the request's memory and time.
 fn confine(request: &Request) -> io::Result<()> {
     set_parent_process_death_signal(Some(Signal::KILL)).map_err(io::Error::from)?;
+    rustix::thread::set_no_new_privs(true).map_err(io::Error::from)?;
     limit(Resource::Core, 0)?;
     let cpu = request.limits.timeout.as_secs() + 1 + CPU_GRACE_SECS;
     limit(Resource::Cpu, cpu)?;

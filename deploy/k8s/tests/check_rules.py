@@ -443,6 +443,24 @@ def check_network_policies(r, env, docs, nats_docs, rules):
         if SERVICES[svc]["public"]:
             r.check("ingress-nginx" in sources, where, "the ingress controller may reach it")
 
+    # Production: every service's egress is restricted, and nothing may reach the instance
+    # metadata address.
+    if env != "dev":
+        egress = [p for p in policies if "Egress" in (p["spec"].get("policyTypes") or [])]
+        for svc, dep in rules["deployments"].items():
+            labels = pod_labels(dep)
+            where = f"{env} Deployment/switchboard-{svc}"
+            mine = [p for p in egress if selects(p["spec"]["podSelector"], labels)]
+            r.check(bool(mine), where, "production: its egress is restricted by a NetworkPolicy")
+            for p in mine:
+                for rule in p["spec"].get("egress") or []:
+                    for peer in rule.get("to") or [{}]:
+                        block = peer.get("ipBlock")
+                        if peer == {} or (block and block.get("cidr") == "0.0.0.0/0"
+                                          and "169.254.0.0/16" not in (block.get("except") or [])):
+                            r.check(False, where, "egress never reaches 169.254.169.254 (instance metadata)",
+                                   str(peer))
+
     # NATS and PostgreSQL admit only the services on their client ports.
     def client_peer(kind):
         def ok(peer):

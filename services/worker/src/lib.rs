@@ -137,6 +137,10 @@ impl platform::service::Service for Application {
 
     /// Connects, makes sure the streams and the durable consumer exist, binds the health port.
     async fn build(config: Config) -> anyhow::Result<Self> {
+        // The extraction helpers run as this user: non-dumpable, this process's memory and
+        // environment (S3, NATS and model secrets) are closed to them (/proc/<pid>/environ).
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+            .context("cannot make the worker non-dumpable")?;
         // The test agents when enabled; the model backend when configured, then the default
         // (a remote agent marked default in the agents file takes its place).
         let mut agents: Vec<Arc<dyn agent::Agent>> = Vec::new();
