@@ -104,7 +104,7 @@ RUNS_PORT="$(free_port)"
 service_env >"$OUT/runs.env"
 (
   set -a; source "$OUT/runs.env"; set +a
-  export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 \
+  export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 SB_RUNS_OWNER_BYTES_PER_DAY=1099511627776 \
     SB_RUNS_RATE_BURST=100000000 RUST_LOG="${BENCH_RUST_LOG:-info}"
   exec "$BIN/switchboard-runs"
 ) >"$OUT/runs.log" 2>&1 &

@@ -70,6 +70,9 @@ pub struct Options {
     pub agents_file: Option<std::path::PathBuf>,
     /// Whether the worker runs the built-in test agents (`SB_WORKER_TEST_AGENTS`).
     pub worker_test_agents: bool,
+    /// Bytes of runs one owner may start per day across the runs replicas
+    /// (`SB_RUNS_OWNER_BYTES_PER_DAY`; 1 TiB by default here, so no other test meets it).
+    pub runs_owner_bytes_per_day: u64,
 }
 
 impl Default for Options {
@@ -95,6 +98,7 @@ impl Default for Options {
             kv_max_bytes: None,
             agents_file: None,
             worker_test_agents: true,
+            runs_owner_bytes_per_day: 1 << 40,
         }
     }
 }
@@ -116,6 +120,8 @@ pub struct TestPlatform {
     /// HTTP client.
     pub http: reqwest::Client,
     shutdown: CancellationToken,
+    /// The runs service's budget of bytes per owner per day, for more replicas of it.
+    runs_owner_bytes_per_day: u64,
     /// The worker's settings, for more replicas of it.
     worker_config: worker::Config,
 }
@@ -190,6 +196,8 @@ impl TestPlatform {
             rate_per_minute: options.rate_per_minute,
             rate_burst: options.rate_burst,
             max_streams_per_owner: options.max_streams_per_owner,
+            owner_bytes_per_day: options.runs_owner_bytes_per_day,
+            lookup_rate: runs::LookupRate::default(),
         })
         .await?;
         let history = history::Application::build(history::Config {
@@ -236,6 +244,7 @@ impl TestPlatform {
             http: reqwest::Client::new(),
             shutdown,
             worker_config,
+            runs_owner_bytes_per_day: options.runs_owner_bytes_per_day,
         })
     }
 }
@@ -252,6 +261,8 @@ impl TestPlatform {
             rate_per_minute: 10_000,
             rate_burst: 10_000,
             max_streams_per_owner: 100,
+            owner_bytes_per_day: self.runs_owner_bytes_per_day,
+            lookup_rate: runs::LookupRate::default(),
         })
         .await?;
         let url = format!("http://127.0.0.1:{}", runs.port());

@@ -81,9 +81,10 @@ export class Api {
     });
   }
 
-  historyDay(threadId: string, before?: string | null): Promise<HistoryDay> {
+  /** The latest page of the latest day (before `before`), or the page a day's `cursor` continues. */
+  historyDay(threadId: string, before?: string | null, cursor?: string | null): Promise<HistoryDay> {
     return this.request("GET", "/api/v1/agent/history/blocks", {
-      query: { threadId, before: before ?? undefined, tz: timeZone() },
+      query: { threadId, before: before ?? undefined, cursor: cursor ?? undefined, tz: timeZone() },
     });
   }
 

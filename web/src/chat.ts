@@ -93,6 +93,8 @@ export interface ViewState {
   threadId: string | null;
   history: ChatItem[];
   oldestDay: string | null;
+  /** Continues the oldest day shown when only part of it is (a long day comes in pages). */
+  dayCursor: string | null;
   hasMore: boolean;
   historyLoading: boolean;
   historyError: string | null;
@@ -118,6 +120,7 @@ export class Chat {
     threadId: null,
     history: [],
     oldestDay: null,
+    dayCursor: null,
     hasMore: false,
     historyLoading: false,
     historyError: null,
@@ -206,7 +209,7 @@ export class Chat {
     const threadId = uuid();
     session.setThread(threadId);
     this.agent = new SwitchboardAgent(this.api!.token, threadId);
-    this.set({ threadId, history: [], live: [], oldestDay: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [] });
+    this.set({ threadId, history: [], live: [], oldestDay: null, dayCursor: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [] });
     this.announce("New conversation");
   }
 
@@ -226,11 +229,11 @@ export class Chat {
     this.agent = new SwitchboardAgent(this.api.token, threadId);
     const live = session.live<Live>(threadId);
     this.liveState = live;
-    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [] });
+    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, dayCursor: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [] });
     try {
       const day = await this.api.historyDay(threadId);
       if (generation !== this.generation) return;
-      this.set({ history: this.fromHistory(day), oldestDay: day.day, hasMore: day.hasMore, historyLoading: false });
+      this.set({ history: this.fromHistory(day), oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore, historyLoading: false });
     } catch (error) {
       if (generation !== this.generation) return;
       if (error instanceof ApiError && error.status === 404) {
@@ -247,15 +250,16 @@ export class Chat {
   }
 
   async loadEarlier(): Promise<void> {
-    const { threadId, oldestDay } = this.state;
+    const { threadId, oldestDay, dayCursor } = this.state;
     if (!this.api || !threadId || !oldestDay) return;
     const generation = this.generation;
     this.set({ historyLoading: true, historyError: null });
     try {
-      const day = await this.api.historyDay(threadId, oldestDay);
+      // The rest of a day shown in part first, then the day before it.
+      const day = dayCursor ? await this.api.historyDay(threadId, null, dayCursor) : await this.api.historyDay(threadId, oldestDay);
       if (generation !== this.generation) return;
-      this.set({ history: [...this.fromHistory(day), ...this.state.history], oldestDay: day.day, hasMore: day.hasMore, historyLoading: false });
-      this.announce(day.day ? `Loaded ${day.day}` : "No earlier messages");
+      this.set({ history: [...this.fromHistory(day), ...this.state.history], oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore, historyLoading: false });
+      this.announce(!day.day ? "No earlier messages" : dayCursor ? `Loaded earlier messages of ${day.day}` : `Loaded ${day.day}`);
     } catch (error) {
       if (generation !== this.generation) return;
       this.set({ historyLoading: false, historyError: `Could not load earlier messages: ${messageOf(error)}` });
@@ -552,7 +556,7 @@ export class Chat {
     }
     try {
       const day = await this.api.historyDay(threadId);
-      this.set({ history: this.fromHistory(day), oldestDay: day.day, hasMore: day.hasMore });
+      this.set({ history: this.fromHistory(day), oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore });
     } catch (error) {
       this.set({ historyError: `Could not load this conversation: ${messageOf(error)}` });
     }

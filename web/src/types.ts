@@ -68,12 +68,17 @@ export interface HistoryMessage {
   timestamp: string;
 }
 
-/** `GET /api/v1/agent/history/blocks`: one day of a thread. */
+/**
+ * `GET /api/v1/agent/history/blocks`: a page of one day of a thread, its latest messages first
+ * (up to 200 and 4 MiB); `nextCursor` continues the same day with its earlier messages.
+ */
 export interface HistoryDay {
   scope: "history_day";
   threadId: string | null;
   day: string | null;
+  /** Earlier messages exist: more of this day (`nextCursor`) or earlier days (`before`). */
   hasMore: boolean;
+  nextCursor?: string;
   messages: HistoryMessage[];
 }
 

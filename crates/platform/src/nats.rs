@@ -328,7 +328,12 @@ pub struct RunBuckets {
     pub agents: JsonKv,
     /// A remote agent's state and pending interrupts per thread (`state.<digest>`).
     pub thread_state: JsonKv,
+    /// Each owner's budgets per day (`bytes.<digest>.<day>`), shared by the runs replicas.
+    pub owner_budgets: JsonKv,
 }
+
+/// How long an owner's budget record of a day is kept (the day, and one more for clocks).
+pub const OWNER_BUDGET_MAX_AGE: Duration = Duration::from_secs(2 * 24 * 3600);
 
 /// How long an agent card stays without being registered again.
 pub const AGENT_CARD_TTL: Duration = Duration::from_secs(60);
@@ -365,6 +370,7 @@ pub async fn ensure_run_buckets(
         agents: open(names.agents_bucket(), AGENT_CARD_TTL, New).await?,
         // Full, the oldest threads' states go first (an agent then starts that thread afresh).
         thread_state: open(names.thread_state_bucket(), THREAD_STATE_MAX_AGE, Old).await?,
+        owner_budgets: open(names.owner_budgets_bucket(), OWNER_BUDGET_MAX_AGE, Old).await?,
     })
 }
 
@@ -478,8 +484,22 @@ pub async fn publish_run(
     names: &Names,
     task: &protocol::messaging::RunTaskV1,
 ) -> anyhow::Result<Published> {
+    publish_run_payload(js, names, task, run_payload(task)?).await
+}
+
+/// The payload [`publish_run`] publishes for `task` (what it costs the RUNS stream).
+pub fn run_payload(task: &protocol::messaging::RunTaskV1) -> anyhow::Result<Vec<u8>> {
+    Ok(serde_json::to_vec(&RunTaskRef::V1(task))?)
+}
+
+/// [`publish_run`] with the payload made by [`run_payload`].
+pub async fn publish_run_payload(
+    js: &jetstream::Context,
+    names: &Names,
+    task: &protocol::messaging::RunTaskV1,
+    payload: Vec<u8>,
+) -> anyhow::Result<Published> {
     let key = protocol::messaging::run_key(&task.owner, &task.input.thread_id, &task.input.run_id);
-    let payload = serde_json::to_vec(&RunTaskRef::V1(task))?;
     let ack = js
         .publish_with_headers(
             names.run_queue_subject(),

@@ -98,6 +98,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             names.prompts_bucket(),
             names.prompt_deadlines_bucket(),
             names.thread_state_bucket(),
+            names.owner_budgets_bucket(),
         ]
         .iter()
         .flat_map(|bucket| bucket_access(bucket))

@@ -21,9 +21,15 @@ pub struct HistorySnapshotResponse {
     pub thread_id: Option<String>,
     /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
     pub day: Option<String>,
-    /// Whether earlier days have messages.
+    /// Whether messages earlier than this page exist: more of this day (then `nextCursor`
+    /// continues it) or earlier days (`before`).
     pub has_more: bool,
-    /// That day's messages in `seq` order.
+    /// Continues this day with its earlier messages (`cursor=`); absent when the page reaches
+    /// the day's first message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// A page of that day's messages, in `seq` order: its latest ones, or those before the
+    /// cursor.
     pub messages: Vec<HistoryMessage>,
 }
 
@@ -82,9 +88,15 @@ pub struct BlockHistoryResponse {
     pub thread_id: Option<String>,
     /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
     pub day: Option<String>,
-    /// Whether earlier days have messages.
+    /// Whether messages earlier than this page exist: more of this day (then `nextCursor`
+    /// continues it) or earlier days (`before`).
     pub has_more: bool,
-    /// That day's messages in `seq` order.
+    /// Continues this day with its earlier messages (`cursor=`); absent when the page reaches
+    /// the day's first message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// A page of that day's messages, in `seq` order: its latest ones, or those before the
+    /// cursor.
     pub messages: Vec<BlockMessage>,
 }
 
@@ -99,9 +111,15 @@ pub struct BodyHistoryResponse {
     pub thread_id: Option<String>,
     /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
     pub day: Option<String>,
-    /// Whether earlier days have messages.
+    /// Whether messages earlier than this page exist: more of this day (then `nextCursor`
+    /// continues it) or earlier days (`before`).
     pub has_more: bool,
-    /// That day's messages in `seq` order.
+    /// Continues this day with its earlier messages (`cursor=`); absent when the page reaches
+    /// the day's first message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// A page of that day's messages, in `seq` order: its latest ones, or those before the
+    /// cursor.
     pub messages: Vec<BodyMessage>,
 }
 
@@ -162,9 +180,15 @@ pub struct SessionHistoryResponse {
     pub session_id: Option<String>,
     /// The day shown (`YYYY-MM-DD`), `null` when there is nothing to show.
     pub day: Option<String>,
-    /// Whether earlier days have messages.
+    /// Whether messages earlier than this page exist: more of this day (then `next_cursor`
+    /// continues it) or earlier days (`before`).
     pub has_more: bool,
-    /// That day's messages in `seq` order.
+    /// Continues this day with its earlier messages (`cursor=`); absent when the page reaches
+    /// the day's first message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// A page of that day's messages, in `seq` order: its latest ones, or those before the
+    /// cursor.
     pub messages: Vec<SessionMessage>,
 }
 
@@ -217,5 +241,30 @@ mod tests {
         let parsed: Result<HistorySnapshotResponse, _> = serde_json::from_value(seed.clone());
         let back = parsed.map(|p| serde_json::to_value(p).unwrap_or_default());
         assert_eq!(back.ok(), Some(seed));
+    }
+
+    #[test]
+    fn only_a_page_that_leaves_part_of_its_day_out_names_a_cursor() {
+        let page = |next_cursor: Option<&str>| SessionHistoryResponse {
+            scope: HistoryScope::HistoryDay,
+            session_id: Some("s".to_owned()),
+            day: Some("2026-03-15".to_owned()),
+            has_more: true,
+            next_cursor: next_cursor.map(str::to_owned),
+            messages: Vec::new(),
+        };
+        let whole = serde_json::to_value(page(None)).unwrap_or_default();
+        assert!(whole.get("next_cursor").is_none(), "{whole}");
+        let part = serde_json::to_value(page(Some("c"))).unwrap_or_default();
+        assert_eq!(part["next_cursor"], "c");
+        let snapshot: Result<HistorySnapshotResponse, _> =
+            serde_json::from_value(serde_json::json!({
+                "scope": "history_day", "threadId": "t", "day": "2026-03-15", "hasMore": true,
+                "nextCursor": "c", "messages": []
+            }));
+        assert_eq!(
+            snapshot.ok().and_then(|s| s.next_cursor).as_deref(),
+            Some("c")
+        );
     }
 }

@@ -19,6 +19,17 @@
 //! output fails the input) and deliberately conservative: glob language containment is only
 //! claimed in the easy cases listed on that method, so some compatible pairs are refused.
 //!
+//! Its work is bounded by construction, because the schemas may come from any caller (finding H2
+//! of the security review: two schemas of 256 long brace patterns used to cost seconds of CPU).
+//! A pattern's finite language is expanded once, when the pattern is compiled, and only up to
+//! 64 words of 4 KiB together; pairs of schema parts are settled
+//! without matching first (equal texts, universal patterns, a missing name), then the rest, the
+//! cheaper field first; and every step is charged to a [`WorkMeter`] of at most
+//! [`MAX_COMPATIBILITY_WORK`] units, past which the comparison stops
+//! ([`MessageBodySchema::compatible_within`] says so; [`MessageBodySchema::compatible_with`]
+//! reports what it could not prove). A glob's matcher is compiled on its first match, so a
+//! schema parsed only to be compared pays for the matchers it is compared against, on the meter.
+//!
 //! Content types are matched by their media type alone (`type/subtype`, case-insensitively);
 //! parameters such as `; charset=utf-8` are kept verbatim and never matched. Names are matched
 //! case-sensitively. A schema part without a name matches only parts without a name (the main
@@ -26,8 +37,10 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
 
-use globset::{GlobBuilder, GlobMatcher};
+use globset::{Glob, GlobBuilder, GlobMatcher};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -46,6 +59,21 @@ pub const MAX_PATTERN_BYTES: usize = 1024;
 /// Most literal strings a brace pattern is expanded to when proving containment; past that the
 /// proof gives up (and says incompatible).
 const MAX_EXPANSIONS: usize = 64;
+/// Most bytes of those strings, all together (64 words of 64 bytes, or 4 of 1 KiB); past that
+/// the proof gives up too. Bounds both the memory a compiled pattern keeps and the matching one
+/// containment check does.
+const MAX_EXPANSION_BYTES: usize = 4 * 1024;
+/// Most units of work one [`MessageBodySchema::compatible_with`] does (a unit is about a byte
+/// matched against a glob; see [`WorkMeter`] for what each step costs): ~30 ms of one core
+/// whatever the schemas (measured: `cargo bench -p switchboard-protocol --bench compatibility`).
+pub const MAX_COMPATIBILITY_WORK: u64 = 1 << 24;
+/// Units charged for looking at one pair of schema parts (hashes and flags compared).
+const PAIR_UNITS: u64 = 8;
+/// Units charged per word matched against a glob, besides one per byte of the word.
+const MATCH_UNITS: u64 = 32;
+/// Units charged per byte of a glob whose matcher is compiled during a comparison (building the
+/// regex costs ~0.25-0.7 us per pattern byte, measured).
+const COMPILE_UNITS_PER_BYTE: u64 = 512;
 /// Longest `type` or `subtype` of a media type (RFC 6838 `restricted-name`).
 const MAX_MEDIA_NAME_BYTES: usize = 127;
 
@@ -478,12 +506,23 @@ pub struct PatternError {
     pub reason: String,
 }
 
-/// A glob and its compiled matcher. Two patterns of the same field are equal when their text
-/// is, which also makes their languages equal.
+/// A glob, its matcher (compiled on first use) and, when it is small and finite, its language.
+/// Two patterns of the same field are equal when their text is, which also makes their
+/// languages equal.
 #[derive(Clone)]
 struct Pattern {
     text: String,
-    matcher: GlobMatcher,
+    /// A hash of `text`: two patterns are compared without reading their texts, unless equal.
+    text_hash: u64,
+    glob: Glob,
+    /// Compiled on the first match: building the regex of a 1 KiB pattern costs ~0.3 ms, which
+    /// a schema parsed only to be compared should not pay for every pattern it holds.
+    matcher: OnceLock<GlobMatcher>,
+    /// Every string the pattern matches, when that is a small finite set ([`finite_language`]),
+    /// expanded once here rather than at every containment check.
+    words: Option<Vec<String>>,
+    /// Bytes of `words`, all together.
+    language_bytes: usize,
 }
 
 impl fmt::Debug for Pattern {
@@ -521,23 +560,130 @@ impl Pattern {
             .case_insensitive(field == PatternField::ContentType)
             .build()
             .map_err(|err| refuse(err.kind().to_string()))?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let words = finite_language(text);
         Ok(Pattern {
             text: text.to_owned(),
-            matcher: glob.compile_matcher(),
+            text_hash: hasher.finish(),
+            glob,
+            matcher: OnceLock::new(),
+            language_bytes: words
+                .as_ref()
+                .map_or(0, |words| words.iter().map(String::len).sum()),
+            words,
         })
     }
 
     fn is_match(&self, candidate: &str) -> bool {
-        self.matcher.is_match(candidate)
+        self.matcher
+            .get_or_init(|| self.glob.compile_matcher())
+            .is_match(candidate)
+    }
+
+    /// The matcher, its compilation charged to `meter` when it is not compiled yet.
+    fn matcher(&self, meter: &mut WorkMeter) -> Result<&GlobMatcher, TooMuchWork> {
+        if let Some(matcher) = self.matcher.get() {
+            return Ok(matcher);
+        }
+        let bytes = u64::try_from(self.text.len()).unwrap_or(u64::MAX);
+        meter.charge(bytes.saturating_mul(COMPILE_UNITS_PER_BYTE))?;
+        Ok(self.matcher.get_or_init(|| self.glob.compile_matcher()))
+    }
+
+    fn same_text(&self, other: &Pattern) -> bool {
+        self.text_hash == other.text_hash && self.text == other.text
     }
 
     /// Whether every string this pattern matches is matched by `other` too (both of the same
-    /// field). Only proven in easy cases; `false` means "not proven", not "no".
-    fn provably_within(&self, other: &Pattern) -> bool {
-        self.text == other.text
-            || finite_language(&self.text)
-                .is_some_and(|words| words.iter().all(|word| other.is_match(word)))
+    /// field), as far as can be said without matching: the texts are equal, or this pattern's
+    /// finite language is to be matched against `other`, or it cannot be proven.
+    fn within<'a>(&'a self, other: &'a Pattern) -> Field<'a> {
+        if self.same_text(other) {
+            Field::Yes
+        } else if self.words.is_some() {
+            Field::Match {
+                narrow: self,
+                wide: other,
+            }
+        } else {
+            Field::No
+        }
     }
+
+    /// Whether `other` matches every word of this pattern's finite language, each match charged
+    /// to `meter`. `false` means "not proven", not "no".
+    fn words_within(&self, other: &Pattern, meter: &mut WorkMeter) -> Result<bool, TooMuchWork> {
+        let Some(words) = &self.words else {
+            return Ok(false);
+        };
+        let matcher = other.matcher(meter)?;
+        for word in words {
+            let bytes = u64::try_from(word.len()).unwrap_or(u64::MAX);
+            meter.charge(bytes.saturating_add(MATCH_UNITS))?;
+            if !matcher.is_match(word) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Counts the work of a schema comparison against a limit: [`MessageBodySchema::compatible_within`]
+/// stops at the first step that would go past it.
+///
+/// What is charged, in units of one to two nanoseconds of one core: 8 per pair of schema parts
+/// looked at; per word of a finite pattern matched against a glob, its length in bytes plus 32;
+/// per glob compiled during the comparison (the first time it is matched), 512 per byte of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkMeter {
+    spent: u64,
+    limit: u64,
+}
+
+impl WorkMeter {
+    /// A meter that allows `limit` units.
+    pub fn new(limit: u64) -> Self {
+        Self { spent: 0, limit }
+    }
+
+    /// The units spent so far; never more than the limit.
+    pub fn spent(&self) -> u64 {
+        self.spent
+    }
+
+    /// The limit it was made with.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn charge(&mut self, units: u64) -> Result<(), TooMuchWork> {
+        match self.spent.checked_add(units) {
+            Some(spent) if spent <= self.limit => {
+                self.spent = spent;
+                Ok(())
+            }
+            _ => Err(TooMuchWork { limit: self.limit }),
+        }
+    }
+}
+
+impl Default for WorkMeter {
+    /// A meter of [`MAX_COMPATIBILITY_WORK`] units.
+    fn default() -> Self {
+        Self::new(MAX_COMPATIBILITY_WORK)
+    }
+}
+
+/// A comparison stopped because it needed more work than its [`WorkMeter`] allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "comparing these schemas needs more than {limit} units of work, the limit of one comparison; \
+     use fewer or shorter patterns, or fewer {{a,b}} alternatives"
+)]
+pub struct TooMuchWork {
+    /// The meter's limit.
+    pub limit: u64,
 }
 
 /// Name patterns that match every valid name (a valid name is `/` followed by non-empty
@@ -554,9 +700,13 @@ fn is_glob_meta(c: char) -> bool {
 
 /// The exact set of strings a pattern matches, when it is made of literal characters and
 /// non-nested `{a,b}` groups of literal, non-empty alternatives, with at most
-/// [`MAX_EXPANSIONS`] strings. `None` for anything else (`*`, `?`, classes, escapes, nesting).
+/// [`MAX_EXPANSIONS`] strings of [`MAX_EXPANSION_BYTES`] together. `None` for anything else
+/// (`*`, `?`, classes, escapes, nesting, too many or too long words). Never builds more than
+/// that many bytes.
 fn finite_language(pattern: &str) -> Option<Vec<String>> {
     let mut words = vec![String::new()];
+    // Bytes of `words`, all together.
+    let mut total = 0usize;
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
         if c == '{' {
@@ -581,6 +731,14 @@ fn finite_language(pattern: &str) -> Option<Vec<String>> {
             if words.len().saturating_mul(alternatives.len()) > MAX_EXPANSIONS {
                 return None;
             }
+            // Each word is followed by each alternative.
+            let alternative_bytes: usize = alternatives.iter().map(String::len).sum();
+            total = total
+                .saturating_mul(alternatives.len())
+                .saturating_add(words.len().saturating_mul(alternative_bytes));
+            if total > MAX_EXPANSION_BYTES {
+                return None;
+            }
             words = words
                 .iter()
                 .flat_map(|word| alternatives.iter().map(move |alt| format!("{word}{alt}")))
@@ -588,6 +746,10 @@ fn finite_language(pattern: &str) -> Option<Vec<String>> {
         } else if is_glob_meta(c) {
             return None;
         } else {
+            total = total.saturating_add(words.len().saturating_mul(c.len_utf8()));
+            if total > MAX_EXPANSION_BYTES {
+                return None;
+            }
             for word in &mut words {
                 word.push(c);
             }
@@ -707,23 +869,83 @@ impl SchemaPart {
                 .is_none_or(|pattern| pattern.is_match(part.media_type()))
     }
 
-    /// Whether every part matching `self` provably matches `wider`.
-    fn provably_within(&self, wider: &SchemaPart) -> bool {
+    /// Whether every part matching `self` matches `wider`, as far as can be said without
+    /// matching: names, then content types, each `Yes`, `No` or "match these words".
+    fn verdicts_within<'a>(&'a self, wider: &'a SchemaPart) -> [Field<'a>; 2] {
         let names = match (&self.name, &wider.name) {
-            (None, None) => true,
-            (Some(_), Some(wide)) if UNIVERSAL_NAME_PATTERNS.contains(&wide.text.as_str()) => true,
-            (Some(narrow), Some(wide)) => narrow.provably_within(wide),
-            _ => false,
+            (None, None) => Field::Yes,
+            (Some(_), Some(wide)) if UNIVERSAL_NAME_PATTERNS.contains(&wide.text.as_str()) => {
+                Field::Yes
+            }
+            (Some(narrow), Some(wide)) => narrow.within(wide),
+            _ => Field::No,
         };
         let content_types = match (&self.content_type, &wider.content_type) {
-            (_, None) => true,
+            (_, None) => Field::Yes,
             (_, Some(wide)) if UNIVERSAL_CONTENT_TYPE_PATTERNS.contains(&wide.text.as_str()) => {
-                true
+                Field::Yes
             }
-            (Some(narrow), Some(wide)) => narrow.provably_within(wide),
-            (None, Some(_)) => false,
+            (Some(narrow), Some(wide)) => narrow.within(wide),
+            (None, Some(_)) => Field::No,
         };
-        names && content_types
+        [names, content_types]
+    }
+
+    /// Whether every part matching `self` matches `wider` without matching anything (equal
+    /// texts, universal patterns, no content-type pattern on `wider`, both unnamed).
+    fn settled_within(&self, wider: &SchemaPart) -> bool {
+        self.verdicts_within(wider)
+            .iter()
+            .all(|field| matches!(field, Field::Yes))
+    }
+
+    /// Whether every part matching `self` provably matches `wider`: settled without matching
+    /// when it can be; otherwise the field with fewer bytes to match first, and the other only
+    /// if that one holds. Each match is charged to `meter`.
+    fn provably_within(
+        &self,
+        wider: &SchemaPart,
+        meter: &mut WorkMeter,
+    ) -> Result<bool, TooMuchWork> {
+        meter.charge(PAIR_UNITS)?;
+        let mut fields = self.verdicts_within(wider);
+        if fields.iter().any(|field| matches!(field, Field::No)) {
+            return Ok(false);
+        }
+        fields.sort_by_key(Field::cost);
+        for field in fields {
+            if let Field::Match { narrow, wide } = field
+                && !narrow.words_within(wide, meter)?
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// What can be said of one field of a pair of schema parts (the narrower one's pattern within
+/// the wider one's) without matching anything.
+#[derive(Debug, Clone, Copy)]
+enum Field<'a> {
+    /// Proven.
+    Yes,
+    /// Not provable.
+    No,
+    /// Provable only by matching `narrow`'s words against `wide`.
+    Match {
+        narrow: &'a Pattern,
+        wide: &'a Pattern,
+    },
+}
+
+impl Field<'_> {
+    /// Bytes of words to match (0 when settled).
+    fn cost(&self) -> usize {
+        match self {
+            Field::Match { narrow, .. } => narrow.language_bytes,
+            Field::Yes | Field::No => 0,
+        }
     }
 }
 
@@ -847,7 +1069,8 @@ impl MessageBodySchema {
     /// `/**/*`) or P's is provably within it; and Q has no content-type pattern, or a universal
     /// one (`**`, `*/*`, `**/*`, `*/**`), or P's is provably within it. A pattern is provably
     /// within another when the texts are equal, or when it is literal text with non-nested
-    /// `{a,b}` groups (at most 64 expansions) and the other glob matches every expansion.
+    /// `{a,b}` groups (at most 64 expansions of 4 KiB together) and the other glob matches
+    /// every expansion.
     ///
     /// Where it is conservative (refuses pairs that are compatible):
     /// - P covered only by a union of input parts: output `/{a,b}` against input parts `/a` and
@@ -859,15 +1082,47 @@ impl MessageBodySchema {
     /// - output patterns that match no valid value at all (`a/b` names without `/`), which
     ///   could never be produced and so never fail the input;
     /// - a required input part guaranteed only by a combination of output rules (e.g. two
-    ///   output parts that are each optional but the output could not be empty otherwise).
+    ///   output parts that are each optional but the output could not be empty otherwise);
+    /// - a brace pattern of more than 64 words or 4 KiB of them, and any pair that needs more
+    ///   than [`MAX_COMPATIBILITY_WORK`] units of matching: what was not proven by then is
+    ///   reported ([`MessageBodySchema::compatible_within`] tells that case apart).
+    ///
+    /// Every pair of schema parts that can be settled without matching (equal texts, universal
+    /// patterns) is settled first, so a schema is always compatible with itself within the
+    /// limit, however large.
     pub fn compatible_with(&self, input: &MessageBodySchema) -> Result<(), Vec<Incompatibility>> {
+        self.judge(input, &mut WorkMeter::default()).0
+    }
+
+    /// [`MessageBodySchema::compatible_with`], charging its work to `meter`: `Err` when the
+    /// comparison would need more than the meter allows (it stops there, having spent at most
+    /// the limit), else the answer. `meter.spent()` says what it cost.
+    pub fn compatible_within(
+        &self,
+        input: &MessageBodySchema,
+        meter: &mut WorkMeter,
+    ) -> Result<Result<(), Vec<Incompatibility>>, TooMuchWork> {
+        match self.judge(input, meter) {
+            (_, Some(stopped)) => Err(stopped),
+            (answer, None) => Ok(answer),
+        }
+    }
+
+    /// The comparison: every output part covered by one input part, every required input part
+    /// guaranteed by one required output part. When the meter runs out, what is not proven by
+    /// then is reported as not proven (sound), with the refusal.
+    fn judge(
+        &self,
+        input: &MessageBodySchema,
+        meter: &mut WorkMeter,
+    ) -> (Result<(), Vec<Incompatibility>>, Option<TooMuchWork>) {
+        let mut covered = vec![false; self.parts.len()];
+        let mut guaranteed: Vec<bool> = input.parts.iter().map(|part| !part.required).collect();
+        let required: Vec<&SchemaPart> = self.parts.iter().filter(|part| part.required).collect();
+        let stopped = prove(self, input, &required, meter, &mut covered, &mut guaranteed).err();
         let mut problems = Vec::new();
         for (index, output) in self.parts.iter().enumerate() {
-            if !input
-                .parts
-                .iter()
-                .any(|wider| output.provably_within(wider))
-            {
+            if !covered[index] {
                 problems.push(Incompatibility::NotCovered {
                     output_part_index: index,
                     name: output.name().map(str::to_owned),
@@ -876,11 +1131,7 @@ impl MessageBodySchema {
             }
         }
         for (index, wanted) in input.parts.iter().enumerate() {
-            let guaranteed = self
-                .parts
-                .iter()
-                .any(|output| output.required && output.provably_within(wanted));
-            if wanted.required && !guaranteed {
+            if !guaranteed[index] {
                 problems.push(Incompatibility::RequiredNotGuaranteed {
                     input_part_index: index,
                     name: wanted.name().map(str::to_owned),
@@ -888,12 +1139,76 @@ impl MessageBodySchema {
                 });
             }
         }
-        if problems.is_empty() {
+        let answer = if problems.is_empty() {
             Ok(())
         } else {
             Err(problems)
+        };
+        (answer, stopped)
+    }
+}
+
+// Settling every pair without matching fits in any comparison's budget, so a schema is always
+// compatible with itself (two passes of 256 x 256 pairs).
+const _: () = assert!(
+    2 * (MAX_SCHEMA_PARTS as u64) * (MAX_SCHEMA_PARTS as u64) * PAIR_UNITS < MAX_COMPATIBILITY_WORK
+);
+
+/// Marks `covered[i]` for each output part within some input part and `guaranteed[j]` for each
+/// required input part some required output part (`required`) is within: first every pair
+/// settled without matching, then the pairs left, matching. Stops when `meter` runs out.
+fn prove(
+    output: &MessageBodySchema,
+    input: &MessageBodySchema,
+    required: &[&SchemaPart],
+    meter: &mut WorkMeter,
+    covered: &mut [bool],
+    guaranteed: &mut [bool],
+) -> Result<(), TooMuchWork> {
+    for (narrow, done) in output.parts.iter().zip(covered.iter_mut()) {
+        for wide in &input.parts {
+            meter.charge(PAIR_UNITS)?;
+            if narrow.settled_within(wide) {
+                *done = true;
+                break;
+            }
         }
     }
+    for (wide, done) in input.parts.iter().zip(guaranteed.iter_mut()) {
+        if *done {
+            continue;
+        }
+        for narrow in required {
+            meter.charge(PAIR_UNITS)?;
+            if narrow.settled_within(wide) {
+                *done = true;
+                break;
+            }
+        }
+    }
+    for (narrow, done) in output.parts.iter().zip(covered.iter_mut()) {
+        if *done {
+            continue;
+        }
+        for wide in &input.parts {
+            if narrow.provably_within(wide, meter)? {
+                *done = true;
+                break;
+            }
+        }
+    }
+    for (wide, done) in input.parts.iter().zip(guaranteed.iter_mut()) {
+        if *done {
+            continue;
+        }
+        for narrow in required {
+            if narrow.provably_within(wide, meter)? {
+                *done = true;
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1203,6 +1518,183 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The review's reproduction (finding H2): 256 required output parts whose name and content
+    /// type are ~430 literal characters with six `{a,b}` groups, against 256 required input
+    /// parts that match none of them. About 253 KB of JSON, under the endpoint's 256 KiB.
+    fn review_worst_case() -> (MessageBodySchema, MessageBodySchema) {
+        let groups = "{a,b}".repeat(6);
+        let output = serde_json::json!({"parts": (0..256).map(|_| serde_json::json!({
+            "name": format!("/{groups}{}", "x".repeat(430)),
+            "contentType": format!("{groups}/{}", "y".repeat(400)),
+            "required": true,
+        })).collect::<Vec<_>>()});
+        let input = serde_json::json!({"parts": (0..256).map(|_| serde_json::json!({
+            "name": "/n", "contentType": "n/n", "required": true,
+        })).collect::<Vec<_>>()});
+        (
+            serde_json::from_value(output).unwrap(),
+            serde_json::from_value(input).unwrap(),
+        )
+    }
+
+    /// The most matching a pair can force within the expansion limits: 64 words of 64 bytes per
+    /// pattern, every word of the name matched by the input's name pattern and the content type
+    /// failing on the 33rd word, for 128 x 128 pairs.
+    fn matching_worst_case() -> (MessageBodySchema, MessageBodySchema) {
+        let groups = "{a,b}".repeat(6);
+        let output = serde_json::json!({"parts": (0..128).map(|_| serde_json::json!({
+            "name": format!("/{groups}{}", "x".repeat(57)),
+            "contentType": format!("{groups}/{}", "y".repeat(57)),
+            "required": true,
+        })).collect::<Vec<_>>()});
+        let input = serde_json::json!({"parts": (0..128).map(|_| serde_json::json!({
+            "name": format!("/{}{}", "[ab]".repeat(6), "x".repeat(57)),
+            "contentType": format!("a{}/{}", "[ab]".repeat(5), "y".repeat(57)),
+        })).collect::<Vec<_>>()});
+        (
+            serde_json::from_value(output).unwrap(),
+            serde_json::from_value(input).unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_reviews_worst_case_is_answered_with_bounded_work() {
+        let (output, input) = review_worst_case();
+        // 64 words of ~430 bytes are over the expansion limit: nothing is expanded or matched.
+        assert!(
+            output
+                .parts
+                .iter()
+                .all(|part| part.name.as_ref().is_some_and(|name| name.words.is_none())),
+            "the review's patterns are not expanded"
+        );
+        let mut meter = WorkMeter::default();
+        let answer = output
+            .compatible_within(&input, &mut meter)
+            .expect("answered within the limit");
+        let problems = answer.unwrap_err();
+        assert_eq!(problems.len(), 512, "every part reported");
+        // Two passes of 256 x 256 pairs, settled without matching, and the same pairs again.
+        assert!(
+            meter.spent() <= 4 * 256 * 256 * PAIR_UNITS,
+            "{} units spent, want at most {}",
+            meter.spent(),
+            4 * 256 * 256 * PAIR_UNITS
+        );
+        assert!(meter.spent() <= MAX_COMPATIBILITY_WORK);
+    }
+
+    #[test]
+    fn a_comparison_that_needs_more_matching_than_the_limit_stops_at_the_limit() {
+        let (output, input) = matching_worst_case();
+        let mut meter = WorkMeter::default();
+        assert_eq!(
+            output.compatible_within(&input, &mut meter),
+            Err(TooMuchWork {
+                limit: MAX_COMPATIBILITY_WORK
+            })
+        );
+        assert!(
+            meter.spent() <= MAX_COMPATIBILITY_WORK,
+            "{} units spent, over the limit",
+            meter.spent()
+        );
+        // Unbounded, the same comparison would match 128 x 128 pairs x 97 words of 64 bytes.
+        let unbounded = 128 * 128 * 97 * (64 + MATCH_UNITS);
+        assert!(unbounded > 8 * MAX_COMPATIBILITY_WORK);
+        // compatible_with stops at the same point and reports what it could not prove.
+        let problems = output.compatible_with(&input).unwrap_err();
+        assert_eq!(problems.len(), 128);
+    }
+
+    #[test]
+    fn a_large_schema_is_compatible_with_itself_without_matching() {
+        for (output, input) in [matching_worst_case(), review_worst_case()] {
+            for schema in [&output, &input] {
+                let mut meter = WorkMeter::default();
+                assert_eq!(schema.compatible_within(schema, &mut meter), Ok(Ok(())));
+                assert!(meter.spent() <= 2 * 256 * 256 * PAIR_UNITS);
+                assert!(
+                    schema
+                        .parts
+                        .iter()
+                        .flat_map(|part| [&part.name, &part.content_type])
+                        .flatten()
+                        .all(|pattern| pattern.matcher.get().is_none()),
+                    "no glob compiled"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_pair_settled_by_one_field_never_matches_the_other() {
+        // The names cannot be proven (a wildcard output name): the content types, which would
+        // take matching, are not looked at.
+        let output = SchemaPart::new(
+            Some("/a/*".to_owned()),
+            Some("text/{plain,markdown}".to_owned()),
+            true,
+        )
+        .unwrap();
+        let input =
+            SchemaPart::new(Some("/a/b".to_owned()), Some("text/*".to_owned()), true).unwrap();
+        let mut meter = WorkMeter::default();
+        assert!(!output.provably_within(&input, &mut meter).unwrap());
+        assert_eq!(meter.spent(), PAIR_UNITS);
+        assert!(input.content_type.as_ref().unwrap().matcher.get().is_none());
+        // With the names settled, the content types are matched, the glob compiled on the meter.
+        let input =
+            SchemaPart::new(Some("/**".to_owned()), Some("text/*".to_owned()), true).unwrap();
+        assert!(output.provably_within(&input, &mut meter).unwrap());
+        let compile = 6 * COMPILE_UNITS_PER_BYTE;
+        let words = ("text/plain".len() + "text/markdown".len()) as u64 + 2 * MATCH_UNITS;
+        assert_eq!(meter.spent(), 2 * PAIR_UNITS + compile + words);
+    }
+
+    #[test]
+    fn a_meter_refuses_the_step_that_would_pass_its_limit_and_keeps_what_was_spent() {
+        let mut meter = WorkMeter::new(10);
+        assert_eq!(meter.charge(6), Ok(()));
+        assert_eq!(meter.charge(5), Err(TooMuchWork { limit: 10 }));
+        assert_eq!(meter.spent(), 6);
+        assert_eq!(meter.charge(4), Ok(()));
+        assert_eq!(meter.charge(u64::MAX), Err(TooMuchWork { limit: 10 }));
+        assert_eq!(meter.spent(), 10);
+    }
+
+    #[test]
+    fn finite_languages_over_4_kib_are_not_expanded() {
+        let at_limit = format!("/{}{}", "{a,b}".repeat(6), "x".repeat(63 - 6));
+        let words = finite_language(&at_limit).unwrap();
+        assert_eq!(
+            words.iter().map(String::len).sum::<usize>(),
+            MAX_EXPANSION_BYTES
+        );
+        assert_eq!(finite_language(&format!("{at_limit}x")), None);
+        assert_eq!(
+            finite_language(&format!("/{}", "x".repeat(MAX_EXPANSION_BYTES))),
+            None
+        );
+        assert_eq!(
+            finite_language(&format!("/{}{{{},b}}", "x".repeat(1000), "y".repeat(1000))),
+            Some(vec![
+                format!("/{}{}", "x".repeat(1000), "y".repeat(1000)),
+                format!("/{}b", "x".repeat(1000)),
+            ])
+        );
+        assert!(
+            finite_language(&format!(
+                "/{}{{{},{}}}",
+                "x".repeat(1100),
+                "y".repeat(1024),
+                "z".repeat(1024)
+            ))
+            .is_none(),
+            "4,250 bytes of words"
+        );
     }
 
     #[test]

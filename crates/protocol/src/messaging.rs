@@ -180,6 +180,12 @@ impl Names {
         self.bucket("THREAD_STATE")
     }
 
+    /// KV bucket of each owner's budgets per day (`bytes.<digest>.<yyyymmdd>`: the bytes of
+    /// accepted runs leased to runs replicas).
+    pub fn owner_budgets_bucket(&self) -> String {
+        self.bucket("OWNER_BUDGETS")
+    }
+
     /// KV bucket of the deadlines of pending prompts with a timeout (what the sweeper scans).
     pub fn prompt_deadlines_bucket(&self) -> String {
         self.bucket("PROMPT_DEADLINES")

@@ -1,8 +1,11 @@
 //! Download links, served by this service rather than by S3, so every download carries the
 //! headers that keep a browser from running what it fetched: `X-Content-Type-Options: nosniff`,
 //! the verified `Content-Type`, `Content-Disposition: inline` only for the types on [`INLINE`]
-//! (everything else, SVG and Office files included, is an `attachment`), and
-//! `Content-Security-Policy: sandbox` for anything that is not a raster image.
+//! (everything else, PDF, SVG and Office files included, is an `attachment`), and
+//! `Content-Security-Policy: sandbox` for anything that is not a raster image. Links may be
+//! served from the application's own origin (which holds the web client's token), so nothing
+//! that can run is rendered there unsandboxed: a PDF is sandboxed too, and since Chromium's PDF
+//! viewer refuses to run in a sandboxed document, it is downloaded rather than shown.
 //!
 //! A link is a capability, like an S3 presigned URL: `<base>/v2/files/content/{fileId}?expires=
 //! <unix secs>&signature=<hex>`, where `signature` is HMAC-SHA256 over `"{fileId}:{expires}"`
@@ -35,14 +38,14 @@ const KEY_LABEL: &[u8] = b"switchboard download links v1";
 pub(crate) const CONTENT_PATH: &str = "/v2/files/content";
 
 /// The types a browser renders without running anything: served `inline`. Everything else
-/// (SVG, Office documents, any type added later) is served as an `attachment`.
+/// (PDF, whose viewer runs its scripts; SVG; Office documents; any type added later) is served
+/// as an `attachment`.
 const INLINE: &[&str] = &[
     "image/png",
     "image/jpeg",
     "image/gif",
     "image/webp",
     "image/bmp",
-    "application/pdf",
     "text/plain",
     "text/csv",
 ];
@@ -240,9 +243,8 @@ pub(crate) async fn serve(
             header::CACHE_CONTROL,
             HeaderValue::from_str(&format!("private, max-age={max_age}"))?,
         );
-    // Not for raster images (nothing to run) nor PDF (a sandboxed page blocks the browser's PDF
-    // viewer; PDF scripts run in the viewer's own sandbox, not the page's origin).
-    if !RASTER_IMAGES.contains(&content_type) && content_type != "application/pdf" {
+    // Not for raster images: nothing to run, and `<img>` and image documents show them inline.
+    if !RASTER_IMAGES.contains(&content_type) {
         response = response.header(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static("sandbox"),
@@ -438,13 +440,13 @@ mod tests {
             "image/gif",
             "image/webp",
             "image/bmp",
-            "application/pdf",
             "text/plain",
             "text/csv; charset=utf-8",
         ] {
             assert!(disposition(inline, "a").starts_with("inline;"), "{inline}");
         }
         for attachment in [
+            "application/pdf",
             "image/svg+xml",
             "text/html",
             "application/msword",

@@ -5,6 +5,7 @@
 
 mod download;
 mod file_name;
+mod form;
 pub mod policy;
 pub mod quota;
 mod resolve;
@@ -233,6 +234,8 @@ pub(crate) struct AppState {
     pub(crate) upload_ttl: Duration,
     pub(crate) download_ttl: Duration,
     pub(crate) quota: Arc<quota::Quota>,
+    /// Verifies pending files, each once at a time (shared with the resolver and the sweeper).
+    pub(crate) verifier: Arc<verify::Verifier>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -243,8 +246,7 @@ impl FromRef<AppState> for Arc<Authenticator> {
 
 /// What the background verifier needs.
 struct Sweeper {
-    s3: aws_sdk_s3::Client,
-    pool: PgPool,
+    verifier: Arc<verify::Verifier>,
     every: Duration,
 }
 
@@ -314,6 +316,7 @@ impl platform::service::Service for Application {
             download_base,
         });
         let quota = Arc::new(quota::Quota::new(config.quota.clone()));
+        let verifier = verify::Verifier::new(s3.clone(), pool.clone());
         let resolver = resolve::Resolver {
             pool: pool.clone(),
             s3: s3.clone(),
@@ -323,10 +326,10 @@ impl platform::service::Service for Application {
             download_ttl: config.download_ttl,
             upload_ttl: config.upload_ttl,
             quota: Arc::clone(&quota),
+            verifier: Arc::clone(&verifier),
         };
         let sweeper = Sweeper {
-            s3: s3.clone(),
-            pool: pool.clone(),
+            verifier: Arc::clone(&verifier),
             every: config.sweep_every,
         };
         let state = AppState {
@@ -338,6 +341,7 @@ impl platform::service::Service for Application {
             upload_ttl: config.upload_ttl,
             download_ttl: config.download_ttl,
             quota,
+            verifier,
         };
         let mut router = routes::router(state).merge(platform::http::health_routes(probes));
         if let Some(cors) = cors_layer(&config.cors_allowed_origins)? {
@@ -364,12 +368,7 @@ impl platform::service::Service for Application {
         let resolver = self
             .resolver
             .serve(self.client, self.names, shutdown.clone());
-        let sweeper = verify::sweep(
-            self.sweeper.s3,
-            self.sweeper.pool,
-            self.sweeper.every,
-            shutdown,
-        );
+        let sweeper = verify::sweep(self.sweeper.verifier, self.sweeper.every, shutdown);
         let (http, resolved, ()) = tokio::join!(http, resolver, sweeper);
         http.context("attachments HTTP server failed")?;
         resolved

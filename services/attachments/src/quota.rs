@@ -1,7 +1,8 @@
 //! What one owner may hold and how fast they may add to it: upload forms and server uploads
 //! per minute, unfinished uploads at once, and stored files (count and bytes). A flood of
 //! unfulfilled forms from one owner can neither grow the files table without bound nor delay
-//! everyone else's verification.
+//! everyone else's verification. Download links are rate-limited too: `download-url` may
+//! verify a pending file inline, and even a verified one costs a lookup and a signature.
 
 use std::time::Duration;
 
@@ -9,6 +10,12 @@ use platform::limit::PerOwnerLimit;
 use sqlx::PgPool;
 
 use crate::store;
+
+/// `download-url` calls per owner per minute, per replica (fixed; a link lives for the download
+/// TTL, so a client needs few).
+pub(crate) const DOWNLOADS_PER_MINUTE: u32 = 120;
+/// Burst of the same: a page opening many files at once.
+pub(crate) const DOWNLOADS_BURST: u32 = 60;
 
 /// The limits (`SB_ATTACHMENTS_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +50,12 @@ pub(crate) enum QuotaError {
     /// Too many uploads in a short time (429, `Retry-After`).
     #[error("too many uploads; retry in {} s", .0.as_secs().max(1))]
     RateLimited(Duration),
+    /// Too many download links asked for in a short time (429, `Retry-After`), naming the budget.
+    #[error(
+        "too many download-url requests (at most {DOWNLOADS_PER_MINUTE} a minute per owner, bursts of {DOWNLOADS_BURST}); retry in {} s",
+        .0.as_secs().max(1)
+    )]
+    DownloadRateLimited(Duration),
     /// Too many unfinished uploads (429).
     #[error("{0} uploads are still waiting for their bytes; finish or let them expire first")]
     TooManyPending(i64),
@@ -55,12 +68,14 @@ pub(crate) enum QuotaError {
 pub(crate) struct Quota {
     config: QuotaConfig,
     rate: PerOwnerLimit,
+    downloads: PerOwnerLimit,
 }
 
 impl Quota {
     pub(crate) fn new(config: QuotaConfig) -> Self {
         Self {
             rate: PerOwnerLimit::new(config.uploads_per_minute, config.uploads_burst),
+            downloads: PerOwnerLimit::new(DOWNLOADS_PER_MINUTE, DOWNLOADS_BURST),
             config,
         }
     }
@@ -68,6 +83,13 @@ impl Quota {
     /// May `owner` ask for one more upload now (the rate)?
     pub(crate) fn rate(&self, owner: &str) -> Result<(), QuotaError> {
         self.rate.check(owner).map_err(QuotaError::RateLimited)
+    }
+
+    /// May `owner` ask for one more download link now?
+    pub(crate) fn download(&self, owner: &str) -> Result<(), QuotaError> {
+        self.downloads
+            .check(owner)
+            .map_err(QuotaError::DownloadRateLimited)
     }
 
     /// Is there room for one more file of `owner` of `size` bytes (`None`: not known yet)?

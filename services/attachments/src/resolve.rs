@@ -46,6 +46,8 @@ pub(crate) struct Resolver {
     pub(crate) upload_ttl: Duration,
     /// The owners' storage quotas (generated files count like uploads).
     pub(crate) quota: Arc<crate::quota::Quota>,
+    /// Verifies a pending file a run refers to, once at a time.
+    pub(crate) verifier: Arc<crate::verify::Verifier>,
 }
 
 #[derive(Deserialize)]
@@ -124,10 +126,13 @@ impl Resolver {
         };
         if row.status == FileStatus::Pending {
             // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper.
-            row.status = match crate::verify::verify(&self.s3, &self.pool, &row).await? {
+            // Shared with any other caller verifying it (see `crate::verify`).
+            row.status = match self.verifier.verify(&row).await? {
                 crate::verify::Verdict::Verified => FileStatus::Verified,
                 crate::verify::Verdict::Quarantined(_) => FileStatus::Quarantined,
-                crate::verify::Verdict::Waiting => FileStatus::Pending,
+                crate::verify::Verdict::Waiting | crate::verify::Verdict::InProgress => {
+                    FileStatus::Pending
+                }
                 crate::verify::Verdict::Expired => return refused(RefusalReason::NotFound),
             };
         }

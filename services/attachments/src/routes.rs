@@ -1,7 +1,7 @@
 //! HTTP routes of the attachments service: thin handlers that extract, call and wrap.
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::download::LinkError;
 use crate::file_name::{MAX_FILE_NAME_CHARS, base_name};
+use crate::form::{BoundedForm, FramingTooLong};
 use crate::quota::QuotaError;
 use crate::server_upload::UploadError;
 use crate::store::{self, FileStatus};
@@ -73,6 +74,14 @@ pub(crate) enum ApiError {
     /// 413: the file is over [`MAX_FILE_BYTES`].
     #[error("file exceeds the 100 MB limit")]
     TooLarge,
+    /// 413: a part's headers in a multipart form, or its preamble, are over
+    /// [`crate::form::MAX_PART_HEADER_BYTES`].
+    #[error(transparent)]
+    FramingTooLong(#[from] FramingTooLong),
+    /// 409 (with `Retry-After`): the file's bytes are being verified by another replica, which
+    /// did not finish while this request waited.
+    #[error("the file is still being verified; retry in a moment")]
+    BeingVerified,
     /// 429 (uploads too fast, with `Retry-After`; too many unfinished) or 403 (storage full).
     #[error(transparent)]
     Quota(#[from] QuotaError),
@@ -98,6 +107,7 @@ impl From<UploadError> for ApiError {
         match err {
             UploadError::Invalid { field, message } => ApiError::Invalid { field, message },
             UploadError::TooLarge => ApiError::TooLarge,
+            UploadError::FramingTooLong(refused) => ApiError::FramingTooLong(refused),
             UploadError::Quota(refused) => ApiError::Quota(refused),
             UploadError::InProgress => ApiError::UploadInProgress,
             UploadError::Failed(err) => ApiError::Internal(err),
@@ -143,13 +153,18 @@ impl IntoResponse for ApiError {
             }
             ApiError::HashConflict => conflict("content_hash"),
             ApiError::UploadInProgress => conflict("file"),
-            ApiError::TooLarge => ErrorResponse::with_field(
+            ApiError::TooLarge | ApiError::FramingTooLong(_) => ErrorResponse::with_field(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorCode::PayloadTooLarge,
                 &message,
                 "file",
             ),
-            ApiError::Quota(QuotaError::RateLimited(wait)) => ErrorResponse::new(
+            ApiError::BeingVerified => {
+                conflict("content_url").retry_after(std::time::Duration::from_secs(1))
+            }
+            ApiError::Quota(
+                QuotaError::RateLimited(wait) | QuotaError::DownloadRateLimited(wait),
+            ) => ErrorResponse::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::RateLimited,
                 &message,
@@ -304,19 +319,23 @@ async fn owned_file(
 }
 
 /// `GET /v2/files/download-url?content_url=...`: a freshly signed, short-lived download link.
+/// Rate-limited per owner; a pending file is verified first, once however many ask at once.
 async fn download_url(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
+    state.quota.download(owner.as_str())?;
     let mut file = owned_file(&state, owner.as_str(), query.content_url.as_deref())
         .await?
         .ok_or(ApiError::FileNotFound)?;
     if file.status == FileStatus::Pending {
-        // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper.
-        let verdict = crate::verify::verify(&state.s3, &state.pool, &file).await?;
-        if verdict == crate::verify::Verdict::Verified {
-            file.status = FileStatus::Verified;
+        // Uploaded moments ago, perhaps: verify now rather than wait for the sweeper, sharing
+        // the verification with everyone else who asks (see `crate::verify`).
+        match state.verifier.verify(&file).await? {
+            crate::verify::Verdict::Verified => file.status = FileStatus::Verified,
+            crate::verify::Verdict::InProgress => return Err(ApiError::BeingVerified),
+            _ => {}
         }
     }
     if file.status != FileStatus::Verified {
@@ -433,6 +452,18 @@ mod tests {
                 Some("file"),
             ),
             (
+                ApiError::FramingTooLong(FramingTooLong),
+                413,
+                ErrorCode::PayloadTooLarge,
+                Some("file"),
+            ),
+            (
+                ApiError::BeingVerified,
+                409,
+                ErrorCode::Conflict,
+                Some("content_url"),
+            ),
+            (
                 ApiError::Quota(QuotaError::TooManyPending(20)),
                 429,
                 ErrorCode::RateLimited,
@@ -474,6 +505,20 @@ mod tests {
             Some("3"),
             "rounded up to whole seconds"
         );
+        let downloads =
+            ApiError::Quota(QuotaError::DownloadRateLimited(Duration::from_millis(400)));
+        let (status, retry_after, envelope) = answer(downloads).await;
+        assert_eq!(
+            (status, retry_after.as_deref()),
+            (StatusCode::TOO_MANY_REQUESTS, Some("1"))
+        );
+        assert_eq!(
+            envelope.error.message,
+            "too many download-url requests (at most 120 a minute per owner, bursts of 60); retry in 1 s",
+            "names the budget"
+        );
+        let (_, retry_after, _) = answer(ApiError::BeingVerified).await;
+        assert_eq!(retry_after.as_deref(), Some("1"));
     }
 
     #[test]
@@ -526,7 +571,7 @@ mod tests {
 async fn server_upload(
     State(state): State<AppState>,
     owner: Owner,
-    form: Multipart,
+    form: BoundedForm,
 ) -> Result<axum::Json<Value>, ApiError> {
     let owner = owner.as_str();
     state.quota.rate(owner)?;

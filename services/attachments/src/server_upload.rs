@@ -3,7 +3,6 @@
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
-use axum::extract::Multipart;
 use axum::extract::multipart::Field;
 use chrono::Utc;
 use protocol::file_types::{self, FileType};
@@ -12,6 +11,7 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::file_name::{MAX_FILE_NAME_CHARS, base_name, upload_key};
+use crate::form::{BoundedForm, FormError, FormErrors, FramingTooLong};
 use crate::quota::QuotaError;
 use crate::store::{self, FileRow, FileStatus, NewUpload, Source};
 
@@ -32,6 +32,9 @@ pub(crate) enum UploadError {
     /// Larger than the limit (413).
     #[error("file exceeds the 100 MB limit")]
     TooLarge,
+    /// A part's headers, or the preamble, longer than the form allows (413).
+    #[error(transparent)]
+    FramingTooLong(#[from] FramingTooLong),
     /// The owner has no room for another file, or uploads too fast (429 or 403).
     #[error(transparent)]
     Quota(#[from] QuotaError),
@@ -63,7 +66,7 @@ impl From<aws_sdk_s3::Error> for UploadError {
 pub(crate) async fn upload(
     state: &AppState,
     owner: &str,
-    form: Multipart,
+    form: BoundedForm,
     max_bytes: u64,
 ) -> Result<FileRow, UploadError> {
     state.quota.room(&state.pool, owner, None, false).await??;
@@ -131,6 +134,14 @@ fn invalid(field: &'static str, message: impl Into<String>) -> UploadError {
     }
 }
 
+/// The refusal for a form that could not be read while reading `field`.
+fn unreadable(field: &'static str, err: FormError) -> UploadError {
+    match err {
+        FormError::TooLong(refused) => refused.into(),
+        FormError::Malformed(message) => invalid(field, message),
+    }
+}
+
 /// What was stored.
 pub(crate) struct Stored {
     pub(crate) key: String,
@@ -147,20 +158,17 @@ pub(crate) async fn receive(
     s3: &aws_sdk_s3::Client,
     bucket: &str,
     key_for: impl Fn(&str) -> String,
-    mut form: Multipart,
+    mut form: BoundedForm,
     max_bytes: u64,
 ) -> Result<Stored, UploadError> {
     let mut session_id = None;
     let mut declared_type = None;
     let mut skipped = 0;
-    while let Some(field) = form
-        .next_field()
-        .await
-        .map_err(|e| invalid("file", e.body_text()))?
-    {
+    let errors = form.errors();
+    while let Some(field) = form.next_field().await.map_err(|e| unreadable("file", e))? {
         match field.name().unwrap_or_default() {
             "session_id" => {
-                let value = small_text(field, "session_id", MAX_SESSION_ID_BYTES).await?;
+                let value = small_text(field, &errors, "session_id", MAX_SESSION_ID_BYTES).await?;
                 if value.is_empty() || value.chars().count() > 128 {
                     return Err(invalid(
                         "session_id",
@@ -170,7 +178,8 @@ pub(crate) async fn receive(
                 session_id = Some(value);
             }
             "file_type" => {
-                declared_type = Some(small_text(field, "file_type", MAX_FILE_TYPE_BYTES).await?);
+                declared_type =
+                    Some(small_text(field, &errors, "file_type", MAX_FILE_TYPE_BYTES).await?);
             }
             "file" => {
                 let file_name = field
@@ -191,8 +200,10 @@ pub(crate) async fn receive(
                     )
                 })?;
                 let key = key_for(&file_name);
+                // Nothing is read after the file: its data need not be followed.
+                errors.last_part();
                 let (size, sha256) =
-                    stream_to_s3(s3, bucket, &key, file_type, field, max_bytes).await?;
+                    stream_to_s3(s3, bucket, &key, file_type, (field, &errors), max_bytes).await?;
                 return Ok(Stored {
                     key,
                     file_name,
@@ -229,6 +240,7 @@ const MAX_SKIPPED_FIELDS: usize = 8;
 /// A text field, refused as soon as it grows past `max` bytes: never buffered beyond that.
 async fn small_text(
     mut field: Field<'_>,
+    errors: &FormErrors,
     name: &'static str,
     max: usize,
 ) -> Result<String, UploadError> {
@@ -236,7 +248,7 @@ async fn small_text(
     while let Some(chunk) = field
         .chunk()
         .await
-        .map_err(|e| invalid(name, e.body_text()))?
+        .map_err(|e| unreadable(name, errors.of(&e)))?
     {
         if bytes.len() + chunk.len() > max {
             return Err(invalid(name, format!("{name} must be at most {max} bytes")));
@@ -252,7 +264,7 @@ async fn stream_to_s3(
     bucket: &str,
     key: &str,
     file_type: &'static FileType,
-    mut field: Field<'_>,
+    (mut field, errors): (Field<'_>, &FormErrors),
     max_bytes: u64,
 ) -> Result<(u64, [u8; 32]), UploadError> {
     let mut hasher = Sha256::new();
@@ -264,7 +276,7 @@ async fn stream_to_s3(
         while let Some(chunk) = field
             .chunk()
             .await
-            .map_err(|e| invalid("file", e.body_text()))?
+            .map_err(|e| unreadable("file", errors.of(&e)))?
         {
             size += chunk.len() as u64;
             if size > max_bytes {
@@ -413,14 +425,16 @@ impl S3Multipart {
 
 #[cfg(test)]
 mod tests {
-    use axum::extract::FromRequest as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use futures::StreamExt as _;
 
     use super::*;
 
-    /// A form whose `field` never ends: 64 KiB chunks for as long as anyone reads.
-    fn endless_field(field: &str) -> Multipart {
-        let head = format!("--B\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n");
+    /// A form that begins with `head` and never ends: 64 KiB chunks for as long as anyone
+    /// reads, counted in `pulled`.
+    fn endless(head: String, pulled: Arc<AtomicUsize>) -> BoundedForm {
         // Each chunk arrives after a pause, as from a network (a stream that is always ready
         // is read ahead by the multipart parser up to the body limit).
         let endless = futures::stream::unfold((), |()| async {
@@ -429,12 +443,25 @@ mod tests {
         });
         let body = futures::stream::once(async move { head.into_bytes() })
             .chain(endless)
-            .map(Ok::<_, std::io::Error>);
+            .map(move |chunk| {
+                pulled.fetch_add(chunk.len(), Ordering::Relaxed);
+                Ok::<_, std::io::Error>(chunk)
+            });
         let request = axum::http::Request::builder()
             .header("content-type", "multipart/form-data; boundary=B")
             .body(axum::body::Body::from_stream(body))
             .unwrap();
-        futures::executor::block_on(Multipart::from_request(request, &())).unwrap()
+        futures::executor::block_on(BoundedForm::bounded(
+            request,
+            crate::form::MAX_PART_HEADER_BYTES,
+        ))
+        .unwrap_or_else(|_| panic!("a multipart request"))
+    }
+
+    /// A form whose `field` never ends.
+    fn endless_field(field: &str) -> BoundedForm {
+        let head = format!("--B\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n");
+        endless(head, Arc::default())
     }
 
     fn s3() -> aws_sdk_s3::Client {
@@ -443,6 +470,38 @@ mod tests {
             .region(aws_sdk_s3::config::Region::new("us-east-1"))
             .build();
         aws_sdk_s3::Client::from_conf(config)
+    }
+
+    #[tokio::test]
+    async fn part_headers_that_never_end_are_refused_after_16_kib_not_at_the_body_limit() {
+        let heads = [
+            "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\nX-Pad: ",
+            // The second part's headers, after a well-formed first part.
+            "--B\r\nContent-Disposition: form-data; name=\"session_id\"\r\n\r\nt\r\n--B\r\nX-Pad: ",
+            // No boundary at all: a preamble.
+            "",
+        ];
+        for head in heads {
+            let pulled = Arc::new(AtomicUsize::new(0));
+            let form = endless(head.to_owned(), Arc::clone(&pulled));
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                receive(&s3(), "b", |_| "k".to_owned(), form, 1024),
+            )
+            .await
+            .expect("refused while reading");
+            assert!(
+                matches!(read, Err(UploadError::FramingTooLong(_))),
+                "{head:?}: {:?}",
+                read.err()
+            );
+            // The chunk that crossed 16 KiB is the last one read.
+            let pulled = pulled.load(Ordering::Relaxed);
+            assert!(
+                pulled <= head.len() + 64 * 1024,
+                "{head:?}: read {pulled} bytes"
+            );
+        }
     }
 
     #[tokio::test]

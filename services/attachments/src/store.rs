@@ -390,17 +390,77 @@ pub(crate) async fn mark_quarantined(pool: &PgPool, id: Uuid, problem: &str) -> 
     Ok(())
 }
 
-/// Pending uploads to look at, oldest first.
+/// Pending uploads to look at, oldest first; those another verifier holds a lease on are left
+/// to it.
 pub(crate) async fn pending(pool: &PgPool, limit: i64) -> sqlx::Result<Vec<FileRow>> {
     sqlx::query_as!(
         FileRow,
         r#"SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
                   status AS "status: FileStatus", expires_at
-         FROM files WHERE status = 'pending' ORDER BY expires_at LIMIT $1"#,
+         FROM files WHERE status = 'pending'
+           AND (verifying_until IS NULL OR verifying_until < now())
+         ORDER BY expires_at LIMIT $1"#,
         limit
     )
     .fetch_all(pool)
     .await
+}
+
+/// What [`claim_verification`] found.
+#[derive(Debug)]
+pub(crate) enum VerificationClaim {
+    /// The file is pending and this verifier now holds its lease: the row as it is now.
+    Claimed(FileRow),
+    /// The file is pending and another verifier holds an unexpired lease on it.
+    Leased,
+    /// The file is no longer pending: its status and, when quarantined, why.
+    Settled(FileStatus, Option<String>),
+    /// There is no such file (any more).
+    Gone,
+}
+
+/// Claims the verification of pending file `id` for `lease` (`files.verifying_until`): only one
+/// verifier at a time, across replicas, reads a file's bytes.
+pub(crate) async fn claim_verification(
+    pool: &PgPool,
+    id: Uuid,
+    lease: std::time::Duration,
+) -> sqlx::Result<VerificationClaim> {
+    let claimed = sqlx::query_as!(
+        FileRow,
+        r#"UPDATE files SET verifying_until = now() + make_interval(secs => $2)
+         WHERE id = $1 AND status = 'pending'
+           AND (verifying_until IS NULL OR verifying_until < now())
+         RETURNING id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
+                   status AS "status: FileStatus", expires_at"#,
+        id,
+        lease.as_secs_f64()
+    )
+    .fetch_optional(pool)
+    .await?;
+    if let Some(row) = claimed {
+        return Ok(VerificationClaim::Claimed(row));
+    }
+    let now = sqlx::query!(
+        r#"SELECT status AS "status: FileStatus", problem FROM files WHERE id = $1"#,
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(match now {
+        None => VerificationClaim::Gone,
+        Some(row) if row.status == FileStatus::Pending => VerificationClaim::Leased,
+        Some(row) => VerificationClaim::Settled(row.status, row.problem),
+    })
+}
+
+/// Gives up the verification lease on `id` (its bytes had not arrived, or verifying failed),
+/// so the next verifier need not wait for it to run out.
+pub(crate) async fn release_verification(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query!("UPDATE files SET verifying_until = NULL WHERE id = $1", id)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Deletes a file record (its workspace entries go with it).

@@ -18,7 +18,7 @@ use protocol::history::{
 };
 use protocol::metadata::{AttachedFile, UserMessageAttachments};
 use protocol::ui_schema::compile_stored;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -26,6 +26,11 @@ use crate::store::{self, Role};
 
 /// Longest thread id accepted in a query.
 const MAX_THREAD_ID_CHARS: usize = 128;
+/// Most messages in one answer of a day endpoint, and the default `limit`.
+const DAY_PAGE_MESSAGES: i64 = 200;
+/// Most bytes of messages in one answer of a day endpoint (its `messages` array as JSON),
+/// unless a page's one message is larger by itself.
+const DAY_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
@@ -43,6 +48,21 @@ struct HistoryQuery {
     thread_id: Option<String>,
     before: Option<String>,
     tz: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+impl HistoryQuery {
+    fn day(self) -> DayRequest {
+        DayRequest {
+            thread: self.thread_id,
+            thread_field: "threadId",
+            before: self.before,
+            tz: self.tz,
+            limit: self.limit,
+            cursor: self.cursor,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -50,6 +70,19 @@ struct SessionHistoryQuery {
     session_id: Option<String>,
     before: Option<String>,
     tz: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// The parameters of a day request, whichever the shape; `thread_field` names the thread
+/// parameter in errors.
+struct DayRequest {
+    thread: Option<String>,
+    thread_field: &'static str,
+    before: Option<String>,
+    tz: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
 /// Errors of the history API; each variant's doc names its status. Its message is the one the
@@ -68,9 +101,9 @@ pub(crate) enum ApiError {
     /// 400: the thread parameter (named) is empty or too long.
     #[error("{0} must be 1 to 128 characters")]
     BadThreadId(&'static str),
-    /// 400: `limit` is not an integer from 1 to 100.
-    #[error("limit must be an integer from 1 to 100")]
-    BadLimit,
+    /// 400: `limit` is not an integer from 1 to the endpoint's most (given).
+    #[error("limit must be an integer from 1 to {0}")]
+    BadLimit(i64),
     /// 400: `cursor` is not one this endpoint returned.
     #[error("cursor is not one this endpoint returned")]
     BadCursor,
@@ -102,7 +135,7 @@ impl IntoResponse for ApiError {
             ApiError::BadDate => "before",
             ApiError::BadTimeZone => "tz",
             ApiError::BadThreadId(field) => field,
-            ApiError::BadLimit => "limit",
+            ApiError::BadLimit(_) => "limit",
             ApiError::BadCursor => "cursor",
             ApiError::ThreadNotFound => return ErrorResponse::not_found("thread").into_response(),
             ApiError::Internal(err) => return ErrorResponse::internal(err).into_response(),
@@ -125,25 +158,40 @@ fn query<T>(query: QueryResult<T>) -> Result<T, ApiError> {
         .map_err(|err| ApiError::BadQuery(err.body_text()))
 }
 
-/// The day a snapshot shows: which thread, which day, its messages, whether more came before.
+/// The page of a day a snapshot shows: which thread, which day (in which time zone), the rows'
+/// `seq`s, whether the day goes on before them and whether earlier days have messages.
 struct Day {
     thread_id: Option<String>,
     day: Option<NaiveDate>,
-    rows: Vec<store::MessageRow>,
-    has_more: bool,
+    tz: String,
+    seqs: Vec<i64>,
+    more_in_day: bool,
+    earlier_days: bool,
 }
 
-/// The thread, day and messages one snapshot shows, from the (already parsed) parameters of any
-/// of the three history shapes. `thread_field` names the thread parameter in errors.
+/// What one answer shows of its day: the messages kept within [`DAY_PAGE_BYTES`], `hasMore`,
+/// and the cursor that continues the day.
+struct Page<T> {
+    messages: Vec<T>,
+    has_more: bool,
+    next_cursor: Option<String>,
+}
+
+/// The thread, day and page of messages one snapshot shows, from the parameters of any of the
+/// four day endpoints.
+///
+/// A page starts at the newest end: without a cursor, the day's latest messages (at most
+/// `limit`, and at most [`DAY_PAGE_BYTES`] of text and metadata as the database measures them);
+/// with one, those before its position. So a client that ignores the cursor still sees a
+/// coherent page, the latest part of the day, and `hasMore` true. Only the rows of the page
+/// are read (SQL `LIMIT`, the byte bound applied by the database), never the whole day.
 async fn select_day(
     state: &AppState,
     owner: &Owner,
-    thread: Option<String>,
-    thread_field: &'static str,
-    before: Option<String>,
-    tz: Option<String>,
-) -> Result<Day, ApiError> {
-    let before = before
+    request: DayRequest,
+) -> Result<(Day, Vec<store::MessageRow>), ApiError> {
+    let before = request
+        .before
         .as_deref()
         .map(|raw| {
             NaiveDate::parse_from_str(raw, "%Y-%m-%d")
@@ -152,23 +200,43 @@ async fn select_day(
                 .ok_or(ApiError::BadDate)
         })
         .transpose()?;
-    let tz = match tz {
+    let tz = match request.tz {
         None => "UTC".to_owned(),
         Some(tz) if state.time_zones.contains(&tz) => tz,
         Some(_) => return Err(ApiError::BadTimeZone),
     };
+    let limit = parse_limit(
+        request.limit.as_deref(),
+        DAY_PAGE_MESSAGES,
+        DAY_PAGE_MESSAGES,
+    )?;
+    let cursor = request
+        .cursor
+        .as_deref()
+        .map(|raw| DayCursor::decode(raw, &state.time_zones).ok_or(ApiError::BadCursor))
+        .transpose()?;
+    if let Some(thread_id) = &request.thread {
+        if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
+            return Err(ApiError::BadThreadId(request.thread_field));
+        }
+        if cursor.as_ref().is_some_and(|c| &c.thread_id != thread_id) {
+            return Err(ApiError::BadCursor); // a cursor continues its own thread only
+        }
+    }
     let pool = &state.pool;
-    let nothing = |thread_id| Day {
+    let nothing = |thread_id, tz| Day {
         thread_id,
         day: None,
-        rows: Vec::new(),
-        has_more: false,
+        tz,
+        seqs: Vec::new(),
+        more_in_day: false,
+        earlier_days: false,
     };
+    let thread = request
+        .thread
+        .or_else(|| cursor.as_ref().map(|c| c.thread_id.clone()));
     let thread_id = match thread {
         Some(thread_id) => {
-            if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
-                return Err(ApiError::BadThreadId(thread_field));
-            }
             if !store::thread_exists(pool, owner.as_str(), &thread_id).await? {
                 return Err(ApiError::ThreadNotFound);
             }
@@ -176,47 +244,183 @@ async fn select_day(
         }
         None => match store::latest_thread(pool, owner.as_str()).await? {
             Some(thread_id) => thread_id,
-            None => return Ok(nothing(None)),
+            None => return Ok((nothing(None, tz), Vec::new())),
         },
     };
-    // Day boundaries are those of the caller's IANA time zone (UTC unless given); PostgreSQL's
-    // time zone database does the arithmetic, daylight-saving days included.
-    let Some(day) = store::latest_day_before(pool, owner.as_str(), &thread_id, before, &tz).await?
-    else {
-        return Ok(nothing(Some(thread_id)));
+    // A cursor names its day and time zone (`before` and `tz` do not move it); otherwise day
+    // boundaries are those of the caller's IANA time zone (UTC unless given), PostgreSQL's time
+    // zone database doing the arithmetic, daylight-saving days included.
+    let (day, tz, below) = match cursor {
+        Some(cursor) => (cursor.day, cursor.tz, cursor.below),
+        None => {
+            let latest =
+                store::latest_day_before(pool, owner.as_str(), &thread_id, before, &tz).await?;
+            match latest {
+                Some(day) => (day, tz, i64::MAX),
+                None => return Ok((nothing(Some(thread_id), tz), Vec::new())),
+            }
+        }
     };
     let store::DayBounds {
         starts: from,
         ends: to,
     } = store::day_bounds(pool, day, &tz).await?;
-    let rows = store::messages_between(pool, owner.as_str(), &thread_id, from, to).await?;
-    let has_more = store::has_messages_before(pool, owner.as_str(), &thread_id, from).await?;
-    Ok(Day {
+    let window = store::DayWindow {
+        owner: owner.as_str(),
+        thread_id: &thread_id,
+        from,
+        to,
+        below,
+    };
+    // One row past the limit says whether the day goes on; the byte bound, applied by the
+    // database, says so by leaving rows out.
+    let max_bytes = i64::try_from(DAY_PAGE_BYTES).unwrap_or(i64::MAX);
+    let store::DayPage { mut rows, fetched } =
+        store::day_page(pool, window, limit + 1, max_bytes).await?;
+    let mut more_in_day = fetched > rows.len() as i64;
+    let over = rows
+        .len()
+        .saturating_sub(usize::try_from(limit).unwrap_or(usize::MAX));
+    if over > 0 {
+        rows.drain(..over); // the oldest: a page keeps the newest end
+        more_in_day = true;
+    }
+    let earlier_days = store::has_messages_before(pool, owner.as_str(), &thread_id, from).await?;
+    let day = Day {
         thread_id: Some(thread_id),
         day: Some(day),
-        rows,
-        has_more,
-    })
+        tz,
+        seqs: rows.iter().map(|row| row.seq).collect(),
+        more_in_day,
+        earlier_days,
+    };
+    Ok((day, rows))
 }
 
 impl Day {
     fn day(&self) -> Option<String> {
         self.day.map(|d| d.format("%Y-%m-%d").to_string())
     }
+
+    /// The page `messages` (one per row read, in `seq` order) make: the oldest of them left
+    /// out until the rest fit in [`DAY_PAGE_BYTES`] as JSON (the newest always stays), and the
+    /// cursor to the ones before when the day goes on.
+    fn page<T: Serialize>(&self, mut messages: Vec<T>) -> Page<T> {
+        let cut = oldest_over(&messages, DAY_PAGE_BYTES);
+        messages.drain(..cut);
+        let more_in_day = self.more_in_day || cut > 0;
+        let next_cursor = match (&self.thread_id, self.day, self.seqs.get(cut)) {
+            (Some(thread_id), Some(day), Some(&below)) if more_in_day => Some(
+                DayCursor {
+                    thread_id: thread_id.clone(),
+                    day,
+                    tz: self.tz.clone(),
+                    below,
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Page {
+            messages,
+            has_more: more_in_day || self.earlier_days,
+            next_cursor,
+        }
+    }
+}
+
+/// How many of `messages` (oldest first) to leave out so that the newest ones, as a JSON
+/// array, take at most `max_bytes`; the newest one always stays.
+fn oldest_over<T: Serialize>(messages: &[T], max_bytes: usize) -> usize {
+    let mut total = 2; // the brackets
+    let mut kept = 0;
+    for message in messages.iter().rev() {
+        let size = json_len(message) + usize::from(kept > 0);
+        if kept > 0 && total + size > max_bytes {
+            break;
+        }
+        total += size;
+        kept += 1;
+    }
+    messages.len() - kept
+}
+
+/// The length of `value` as JSON, counted without keeping the text.
+fn json_len<T: Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Our response types always serialize (string keys, no failing `Serialize`).
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Where a page of a day continues: the thread, the day and the time zone its bounds are
+/// in, and the `seq` its earlier messages are below. Opaque to clients (hex of a JSON array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DayCursor {
+    thread_id: String,
+    day: NaiveDate,
+    tz: String,
+    below: i64,
+}
+
+impl DayCursor {
+    fn encode(&self) -> String {
+        let day = self.day.format("%Y-%m-%d").to_string();
+        let raw = json!([self.thread_id, day, self.tz, self.below]).to_string();
+        hex::encode(raw)
+    }
+
+    /// The cursor `raw` is, if it is one this service made (a well-formed thread id, day and
+    /// known time zone; the caller's ownership of the thread is checked after).
+    fn decode(raw: &str, time_zones: &std::collections::HashSet<String>) -> Option<Self> {
+        let bytes = hex::decode(raw).ok()?;
+        let (thread_id, day, tz, below): (String, String, String, i64) =
+            serde_json::from_slice(&bytes).ok()?;
+        let thread_chars = thread_id.chars().count();
+        let day = NaiveDate::parse_from_str(&day, "%Y-%m-%d").ok()?;
+        ((1..=MAX_THREAD_ID_CHARS).contains(&thread_chars) && time_zones.contains(&tz)).then_some(
+            Self {
+                thread_id,
+                day,
+                tz,
+                below,
+            },
+        )
+    }
+}
+
+/// `limit` as given (an integer from 1 to `max`), `default` when absent.
+fn parse_limit(raw: Option<&str>, default: i64, max: i64) -> Result<i64, ApiError> {
+    match raw {
+        None => Ok(default),
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or(ApiError::BadLimit(max)),
+    }
 }
 
 /// `GET /api/v1/agent/history`: the latest day with messages (before `before`, if given), in the
-/// shape of `agent-run-input-protocol.md`.
+/// shape of `agent-run-input-protocol.md`; a page of it (`limit`, `cursor`, see [`select_day`]).
 async fn history(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
 ) -> Result<axum::Json<HistorySnapshotResponse>, ApiError> {
-    let q = query(params)?;
-    let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
-    // One signing request for the whole day: the first attachment of each user message.
-    let wanted: Vec<Vec<String>> = day
-        .rows
+    let (day, rows) = select_day(&state, &owner, query(params)?.day()).await?;
+    // One signing request for the whole page: the first attachment of each user message.
+    let wanted: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
             user_files(row)
@@ -226,63 +430,64 @@ async fn history(
         })
         .collect();
     let mut signed = sign_all(&state, &owner, &wanted).await.into_iter();
+    let messages = rows
+        .into_iter()
+        .map(|row| {
+            let url = signed
+                .next()
+                .and_then(|urls| urls.into_iter().next())
+                .flatten();
+            to_history_message(row, url)
+        })
+        .collect();
+    let page = day.page(messages);
     Ok(axum::Json(HistorySnapshotResponse {
         scope: HistoryScope::HistoryDay,
         day: day.day(),
         thread_id: day.thread_id,
-        has_more: day.has_more,
-        messages: day
-            .rows
-            .into_iter()
-            .map(|row| {
-                let url = signed
-                    .next()
-                    .and_then(|urls| urls.into_iter().next())
-                    .flatten();
-                to_history_message(row, url)
-            })
-            .collect(),
+        has_more: page.has_more,
+        next_cursor: page.next_cursor,
+        messages: page.messages,
     }))
 }
 
-/// `GET /api/v1/agent/history/blocks`: the same day in the block form of
+/// `GET /api/v1/agent/history/blocks`: the same day, paged alike, in the block form of
 /// `agent-chat-messages-protocol.md`, every file of a user message as a re-signed `binary` block.
 async fn history_blocks(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
 ) -> Result<axum::Json<BlockHistoryResponse>, ApiError> {
-    let q = query(params)?;
-    let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
-    let (files, signed) = user_files_signed(&state, &owner, &day.rows).await;
+    let (day, rows) = select_day(&state, &owner, query(params)?.day()).await?;
+    let (files, signed) = user_files_signed(&state, &owner, &rows).await;
+    let messages = rows
+        .into_iter()
+        .zip(files.into_iter().zip(signed))
+        .map(|(row, (files, urls))| to_block_message(row, &files, urls))
+        .collect();
+    let page = day.page(messages);
     Ok(axum::Json(BlockHistoryResponse {
         scope: HistoryScope::HistoryDay,
         day: day.day(),
         thread_id: day.thread_id,
-        has_more: day.has_more,
-        messages: day
-            .rows
-            .into_iter()
-            .zip(files.into_iter().zip(signed))
-            .map(|(row, (files, urls))| to_block_message(row, &files, urls))
-            .collect(),
+        has_more: page.has_more,
+        next_cursor: page.next_cursor,
+        messages: page.messages,
     }))
 }
 
-/// `GET /api/v1/agent/history/bodies`: the same day with every message as a `MessageBody`, so a
-/// client renders parts the same way whatever the transport; a user's files carry freshly
-/// signed URLs (`s3://` when they cannot be signed, e.g. deleted).
+/// `GET /api/v1/agent/history/bodies`: the same day, paged alike, every message a
+/// `MessageBody`, so a client renders parts the same way whatever the transport; a user's files
+/// carry freshly signed URLs (`s3://` when they cannot be signed, e.g. deleted).
 async fn history_bodies(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
 ) -> Result<axum::Json<BodyHistoryResponse>, ApiError> {
-    let q = query(params)?;
-    let day = select_day(&state, &owner, q.thread_id, "threadId", q.before, q.tz).await?;
-    let (files, signed) = user_files_signed(&state, &owner, &day.rows).await;
-    let shown = day.day();
-    let mut messages = Vec::with_capacity(day.rows.len());
-    for (row, (files, urls)) in day.rows.into_iter().zip(files.into_iter().zip(signed)) {
+    let (day, rows) = select_day(&state, &owner, query(params)?.day()).await?;
+    let (files, signed) = user_files_signed(&state, &owner, &rows).await;
+    let mut messages = Vec::with_capacity(rows.len());
+    for (row, (files, urls)) in rows.into_iter().zip(files.into_iter().zip(signed)) {
         let stored = StoredMessage {
             role: row.role.as_str(),
             text: &row.content,
@@ -309,12 +514,14 @@ async fn history_bodies(
             timestamp: timestamp(row.created_at),
         });
     }
+    let page = day.page(messages);
     Ok(axum::Json(BodyHistoryResponse {
         scope: HistoryScope::HistoryDay,
-        day: shown,
+        day: day.day(),
         thread_id: day.thread_id,
-        has_more: day.has_more,
-        messages,
+        has_more: page.has_more,
+        next_cursor: page.next_cursor,
+        messages: page.messages,
     }))
 }
 
@@ -354,20 +561,30 @@ fn generated_files(metadata: &Value) -> Vec<(String, String, String)> {
         .unwrap_or_default()
 }
 
-/// `GET /v2/history?session_id=`: the same day in the form of `file-attachments.md`.
+/// `GET /v2/history?session_id=`: the same day, paged alike, in the form of `file-attachments.md`.
 async fn session_history(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<SessionHistoryQuery>,
 ) -> Result<axum::Json<SessionHistoryResponse>, ApiError> {
     let q = query(params)?;
-    let day = select_day(&state, &owner, q.session_id, "session_id", q.before, q.tz).await?;
+    let request = DayRequest {
+        thread: q.session_id,
+        thread_field: "session_id",
+        before: q.before,
+        tz: q.tz,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
+    let (day, rows) = select_day(&state, &owner, request).await?;
+    let page = day.page(rows.into_iter().map(to_session_message).collect());
     Ok(axum::Json(SessionHistoryResponse {
         scope: HistoryScope::HistoryDay,
         day: day.day(),
         session_id: day.thread_id,
-        has_more: day.has_more,
-        messages: day.rows.into_iter().map(to_session_message).collect(),
+        has_more: page.has_more,
+        next_cursor: page.next_cursor,
+        messages: page.messages,
     }))
 }
 
@@ -562,14 +779,11 @@ async fn threads(
     owner: Owner,
     Query(query): Query<ThreadsQuery>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
-    let limit = match query.limit.as_deref() {
-        None => DEFAULT_THREADS_PAGE,
-        Some(raw) => raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=MAX_THREADS_PAGE).contains(n))
-            .ok_or(ApiError::BadLimit)?,
-    };
+    let limit = parse_limit(
+        query.limit.as_deref(),
+        DEFAULT_THREADS_PAGE,
+        MAX_THREADS_PAGE,
+    )?;
     let after = query
         .cursor
         .as_deref()
@@ -631,6 +845,41 @@ mod tests {
         (status, envelope)
     }
 
+    #[test]
+    fn a_page_keeps_its_newest_messages_within_the_byte_bound() {
+        let messages = vec!["a".repeat(100), "b".repeat(100), "c".repeat(100)];
+        // Each is 102 bytes as JSON, plus a comma between two, plus the brackets.
+        assert_eq!(oldest_over(&messages, 2 + 102 * 3 + 2), 0);
+        assert_eq!(oldest_over(&messages, 2 + 102 * 3 + 1), 1);
+        assert_eq!(oldest_over(&messages, 2 + 102 * 2 + 1), 1);
+        assert_eq!(oldest_over(&messages, 10), 2, "the newest always stays");
+        assert_eq!(oldest_over::<String>(&[], 10), 0);
+    }
+
+    #[test]
+    fn a_day_cursor_comes_back_as_made_and_nothing_else_is_one() {
+        let zones: std::collections::HashSet<String> = ["UTC".to_owned()].into();
+        let cursor = DayCursor {
+            thread_id: "t-1".to_owned(),
+            day: NaiveDate::from_ymd_opt(2026, 3, 15).unwrap_or_default(),
+            tz: "UTC".to_owned(),
+            below: 42,
+        };
+        assert_eq!(DayCursor::decode(&cursor.encode(), &zones), Some(cursor));
+        let made = |value: Value| hex::encode(value.to_string());
+        for bad in [
+            String::new(),
+            "zz".to_owned(),
+            made(json!(["t", "2026-03-15", "Mars/Olympus", 1])),
+            made(json!(["", "2026-03-15", "UTC", 1])),
+            made(json!(["t", "2026-02-30", "UTC", 1])),
+            made(json!(["t", "2026-03-15", "UTC"])),
+            made(json!(["x".repeat(129), "2026-03-15", "UTC", 1])),
+        ] {
+            assert_eq!(DayCursor::decode(&bad, &zones), None, "{bad}");
+        }
+    }
+
     #[tokio::test]
     async fn each_refusal_names_its_parameter_and_says_its_rule() {
         let cases = [
@@ -650,9 +899,14 @@ mod tests {
                 "session_id must be 1 to 128 characters",
             ),
             (
-                ApiError::BadLimit,
+                ApiError::BadLimit(100),
                 "limit",
                 "limit must be an integer from 1 to 100",
+            ),
+            (
+                ApiError::BadLimit(DAY_PAGE_MESSAGES),
+                "limit",
+                "limit must be an integer from 1 to 200",
             ),
             (
                 ApiError::BadCursor,

@@ -51,6 +51,9 @@ pub(crate) enum AcceptError {
     /// Another run is still active on the thread and the policy is `reject` (409).
     #[error("another run is active on this thread")]
     ThreadBusy,
+    /// The owner's bytes of runs for the day are spent (`SB_RUNS_OWNER_BYTES_PER_DAY`, 403).
+    #[error("the owner's bytes of runs per day are spent")]
+    OverBudget(crate::budget::Exhausted),
     /// NATS did not answer or acknowledge (503).
     #[error("NATS unavailable: {0:#}")]
     Unavailable(#[from] anyhow::Error),
@@ -63,6 +66,7 @@ pub(crate) struct Acceptor {
     names: Names,
     buckets: RunBuckets,
     policy: ActiveRunPolicy,
+    budget: std::sync::Arc<crate::budget::OwnerBytesBudget>,
 }
 
 impl Acceptor {
@@ -72,6 +76,7 @@ impl Acceptor {
         names: Names,
         buckets: RunBuckets,
         policy: ActiveRunPolicy,
+        budget: std::sync::Arc<crate::budget::OwnerBytesBudget>,
     ) -> Self {
         Self {
             js,
@@ -79,6 +84,7 @@ impl Acceptor {
             names,
             buckets,
             policy,
+            budget,
         }
     }
 
@@ -105,15 +111,44 @@ impl Acceptor {
             agent,
         };
         let thread_id = task.input.thread_id.as_str();
+        // What the run costs the shared stream, from the owner's budget of the day (given back
+        // if it is not stored after all, or is a retry of a run stored before).
+        let payload = platform::nats::run_payload(&task)?;
+        let bytes = u64::try_from(payload.len()).unwrap_or(u64::MAX);
+        if let Err(exhausted) = self.budget.spend(owner, bytes, task.accepted_at).await? {
+            return Err(AcceptError::OverBudget(exhausted));
+        }
+        let refund = || self.budget.refund(owner, bytes, task.accepted_at);
         let reject = self.policy == ActiveRunPolicy::Reject;
         if reject {
             // A retry of the holder's own run is not "busy": JetStream recognises it below.
-            let claim = self.buckets.claim_thread(&task, false).await?;
+            let claim = match self.buckets.claim_thread(&task, false).await {
+                Ok(claim) => claim,
+                Err(err) => {
+                    refund();
+                    return Err(err.into());
+                }
+            };
             if claim == Claim::Busy {
+                refund();
                 return Err(AcceptError::ThreadBusy);
             }
         }
-        match platform::nats::publish_run(&self.js, &self.names, &task).await? {
+        let published = match platform::nats::publish_run_payload(
+            &self.js,
+            &self.names,
+            &task,
+            payload,
+        )
+        .await
+        {
+            Ok(published) => published,
+            Err(err) => {
+                refund();
+                return Err(err.into());
+            }
+        };
+        match published {
             Published::New(_) => {
                 if reject {
                     self.buckets
@@ -129,6 +164,7 @@ impl Acceptor {
                 Ok(response(&task))
             }
             Published::Duplicate(seq) => {
+                refund();
                 if reject {
                     self.buckets
                         .release_thread(owner, thread_id, task.task_id)

@@ -4,6 +4,8 @@
 mod accept;
 mod admit;
 mod agents;
+mod budget;
+mod compatibility;
 mod events;
 mod limit;
 mod prompts;
@@ -13,6 +15,7 @@ mod status;
 mod ws;
 
 pub use accept::ActiveRunPolicy;
+pub use limit::LookupRate;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,6 +46,12 @@ pub struct Config {
     /// Open event streams and WebSockets per owner per replica
     /// (`SB_RUNS_MAX_STREAMS_PER_OWNER`, default 100); one more answers 429.
     pub max_streams_per_owner: u32,
+    /// Bytes of accepted runs one owner may add to the RUNS stream per UTC day, across every
+    /// replica (`SB_RUNS_OWNER_BYTES_PER_DAY`, default 256 MiB); past it 403 `quota_exceeded`.
+    pub owner_bytes_per_day: u64,
+    /// Status, cancel, events and WebSocket reconnects per owner per replica
+    /// (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, `SB_RUNS_LOOKUP_RATE_BURST`).
+    pub lookup_rate: LookupRate,
 }
 
 impl Config {
@@ -56,6 +65,17 @@ impl Config {
             rate_per_minute: positive(env, "SB_RUNS_RATE_PER_MINUTE", 120)?,
             rate_burst: positive(env, "SB_RUNS_RATE_BURST", 30)?,
             max_streams_per_owner: positive(env, "SB_RUNS_MAX_STREAMS_PER_OWNER", 100)?,
+            lookup_rate: LookupRate::from_env(env)?,
+            owner_bytes_per_day: {
+                let bytes: u64 = env.or("SB_RUNS_OWNER_BYTES_PER_DAY", 256 * 1024 * 1024)?;
+                if bytes < 64 * 1024 {
+                    return Err(ConfigError::Invalid {
+                        name: "SB_RUNS_OWNER_BYTES_PER_DAY".to_owned(),
+                        reason: "must be at least 65536 (a run may be 256 KiB)".to_owned(),
+                    });
+                }
+                bytes
+            },
         })
     }
 }
@@ -92,6 +112,10 @@ pub(crate) struct SharedState {
     pub(crate) admission: Arc<admit::Admission>,
     pub(crate) runs: Arc<status::RunDirectory>,
     pub(crate) limiter: Arc<platform::limit::PerOwnerLimit>,
+    /// Run lookups per owner: status, cancel, events, WebSocket reconnects.
+    pub(crate) lookups: limit::Throttle,
+    /// `POST /api/v1/agents/compatibility`: its rate and its places on the blocking pool.
+    pub(crate) compatibility: compatibility::CompatibilityChecks,
     pub(crate) events: events::EventHub,
     pub(crate) buckets: platform::nats::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
@@ -125,6 +149,7 @@ impl platform::service::Service for Application {
 
     /// Connects to NATS, makes sure the streams exist and binds the listener (port 0 is fine).
     async fn build(config: Config) -> anyhow::Result<Self> {
+        let lookup_rate = config.lookup_rate;
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let (client, js) = platform::nats::connect(&config.nats, "runs").await?;
         let names = &config.nats.names;
@@ -137,6 +162,10 @@ impl platform::service::Service for Application {
             names.clone(),
             buckets.clone(),
             config.active_run_policy,
+            Arc::new(budget::OwnerBytesBudget::new(
+                config.owner_bytes_per_day,
+                buckets.owner_budgets.clone(),
+            )),
         ));
         let admission = Arc::new(admit::Admission::new(
             client.clone(),
@@ -165,6 +194,8 @@ impl platform::service::Service for Application {
             admission,
             runs,
             limiter,
+            lookups: limit::Throttle::lookups(lookup_rate),
+            compatibility: compatibility::CompatibilityChecks::new(),
             events,
             buckets: prompt_buckets,
             streams: limit::StreamQuota::new(

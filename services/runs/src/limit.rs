@@ -1,5 +1,121 @@
-//! Open event streams per owner. (The rate limit on starting runs is
-//! [`platform::limit::PerOwnerLimit`].)
+//! Per-owner limits of the runs service: open event streams ([`StreamQuota`]), and the rates of
+//! requests that cost far more than they carry ([`Throttle`]): run lookups (status, cancel,
+//! events, WebSocket reconnects; each a STREAM.INFO and a history lookup that may wait 2 s,
+//! finding L6 of the security review) and compatibility checks (CPU, finding H2). A refusal
+//! names its budget and when to retry. Like the rate of runs started
+//! ([`platform::limit::PerOwnerLimit`]), each is a token bucket per owner, per replica.
+
+use std::time::Duration;
+
+use platform::config::{ConfigError, Env};
+use platform::limit::PerOwnerLimit;
+
+/// The rate of run lookups (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, `SB_RUNS_LOOKUP_RATE_BURST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupRate {
+    /// Lookups per owner per minute, per replica (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, 600).
+    pub per_minute: u32,
+    /// Lookups per owner at once (`SB_RUNS_LOOKUP_RATE_BURST`, 120).
+    pub burst: u32,
+}
+
+impl Default for LookupRate {
+    /// Generous: a client polling the status of several runs every second, a page reopening
+    /// its streams after a network change.
+    fn default() -> Self {
+        Self {
+            per_minute: 600,
+            burst: 120,
+        }
+    }
+}
+
+impl LookupRate {
+    /// Reads the settings, failing naming the variable.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let defaults = Self::default();
+        Ok(Self {
+            per_minute: crate::positive(env, PER_MINUTE_VARIABLE, defaults.per_minute)?,
+            burst: crate::positive(env, BURST_VARIABLE, defaults.burst)?,
+        })
+    }
+}
+
+const PER_MINUTE_VARIABLE: &str = "SB_RUNS_LOOKUP_RATE_PER_MINUTE";
+const BURST_VARIABLE: &str = "SB_RUNS_LOOKUP_RATE_BURST";
+
+/// Compatibility checks per owner per minute, per replica (fixed: a client asks once per pair of
+/// agents it wires, and each check may cost ~50 ms of CPU, parse included).
+pub(crate) const COMPATIBILITY_PER_MINUTE: u32 = 30;
+/// Burst of the same: a page comparing a few pairs at once.
+pub(crate) const COMPATIBILITY_BURST: u32 = 10;
+
+/// One per-owner rate, with what its refusal says.
+pub(crate) struct Throttle {
+    limit: PerOwnerLimit,
+    /// What is counted, plural (`run lookups (...)`).
+    what: &'static str,
+    per_minute: u32,
+    burst: u32,
+    /// The variables that set it, if any.
+    settings: Option<(&'static str, &'static str)>,
+}
+
+/// A request refused by a [`Throttle`] (429 with `Retry-After`), naming the budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "too many {what}: at most {per_minute} a minute per owner, in bursts of {burst}{}; retry in {} s",
+    .settings.map(|(rate, burst)| format!(" ({rate}, {burst})")).unwrap_or_default(),
+    retry_secs(*.wait)
+)]
+pub(crate) struct Throttled {
+    what: &'static str,
+    per_minute: u32,
+    burst: u32,
+    settings: Option<(&'static str, &'static str)>,
+    /// How long until the next request would be taken.
+    pub(crate) wait: Duration,
+}
+
+/// Whole seconds to wait, rounded up, at least 1 (what `Retry-After` says).
+fn retry_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+impl Throttle {
+    /// Run lookups: status, cancel, events and WebSocket reconnects.
+    pub(crate) fn lookups(rate: LookupRate) -> Self {
+        Self {
+            limit: PerOwnerLimit::new(rate.per_minute, rate.burst),
+            what: "run lookups (status, cancel, events and WebSocket reconnects)",
+            per_minute: rate.per_minute,
+            burst: rate.burst,
+            settings: Some((PER_MINUTE_VARIABLE, BURST_VARIABLE)),
+        }
+    }
+
+    /// `POST /api/v1/agents/compatibility`.
+    pub(crate) fn compatibility() -> Self {
+        Self {
+            limit: PerOwnerLimit::new(COMPATIBILITY_PER_MINUTE, COMPATIBILITY_BURST),
+            what: "compatibility checks",
+            per_minute: COMPATIBILITY_PER_MINUTE,
+            burst: COMPATIBILITY_BURST,
+            settings: None,
+        }
+    }
+
+    /// `Ok` if `owner` may make one more request now.
+    pub(crate) fn check(&self, owner: &str) -> Result<(), Throttled> {
+        self.limit.check(owner).map_err(|wait| Throttled {
+            what: self.what,
+            per_minute: self.per_minute,
+            burst: self.burst,
+            settings: self.settings,
+            wait,
+        })
+    }
+}
 
 /// Open streams (SSE responses and WebSockets) per owner, per replica: each holds memory and a
 /// socket for as long as the client keeps it, so one owner may not hold more than `max`.
@@ -61,6 +177,59 @@ impl Drop for StreamPermit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn past_the_burst_an_owner_is_told_the_budget_and_when_to_retry_and_others_are_not() {
+        let throttle = Throttle::lookups(LookupRate {
+            per_minute: 60,
+            burst: 2,
+        });
+        assert!(throttle.check("alice").is_ok() && throttle.check("alice").is_ok());
+        let refused = throttle.check("alice").unwrap_err();
+        assert!(refused.wait > Duration::ZERO && refused.wait <= Duration::from_secs(1));
+        assert_eq!(
+            refused.to_string(),
+            "too many run lookups (status, cancel, events and WebSocket reconnects): at most 60 a \
+             minute per owner, in bursts of 2 (SB_RUNS_LOOKUP_RATE_PER_MINUTE, \
+             SB_RUNS_LOOKUP_RATE_BURST); retry in 1 s"
+        );
+        assert!(throttle.check("bob").is_ok(), "per owner");
+        let compatibility = Throttle::compatibility();
+        for _ in 0..COMPATIBILITY_BURST {
+            assert!(compatibility.check("alice").is_ok());
+        }
+        assert_eq!(
+            compatibility.check("alice").unwrap_err().to_string(),
+            "too many compatibility checks: at most 30 a minute per owner, in bursts of 10; \
+             retry in 2 s"
+        );
+    }
+
+    #[test]
+    fn the_lookup_rate_is_read_from_its_variables_and_refuses_zero_naming_it() {
+        assert_eq!(
+            LookupRate::from_env(&Env::from_pairs::<_, &str, &str>([])).unwrap(),
+            LookupRate::default()
+        );
+        let set = Env::from_pairs([
+            ("SB_RUNS_LOOKUP_RATE_PER_MINUTE", "5"),
+            ("SB_RUNS_LOOKUP_RATE_BURST", "3"),
+        ]);
+        assert_eq!(
+            LookupRate::from_env(&set).unwrap(),
+            LookupRate {
+                per_minute: 5,
+                burst: 3
+            }
+        );
+        let zero = Env::from_pairs([("SB_RUNS_LOOKUP_RATE_BURST", "0")]);
+        assert!(
+            LookupRate::from_env(&zero)
+                .unwrap_err()
+                .to_string()
+                .contains("SB_RUNS_LOOKUP_RATE_BURST"),
+        );
+    }
 
     #[test]
     fn an_owner_holds_at_most_max_streams_and_a_closed_one_frees_its_place() {

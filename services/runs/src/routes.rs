@@ -15,7 +15,7 @@ use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
 use protocol::TaskAcceptedResponse;
-use protocol::message_body::MessageBodySchema;
+use protocol::message_body::TooMuchWork;
 use protocol::run_input::RunAgentInput;
 use protocol::validate::{
     MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, parse_conversation_input,
@@ -24,8 +24,9 @@ use protocol::validate::{
 
 use crate::AppState;
 use crate::agents::ChooseError;
+use crate::compatibility::CheckError;
 use crate::events::FollowError;
-use crate::limit::StreamPermit;
+use crate::limit::{StreamPermit, Throttled};
 use crate::prompts::{PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
 use crate::status::status_response;
@@ -72,6 +73,8 @@ pub(crate) enum ApiError {
     ThreadBusy,
     /// 429: the owner started too many runs; retry after the duration.
     RateLimited(Duration),
+    /// 403: the owner's bytes of runs for the day are spent.
+    OverBudget(crate::budget::Exhausted),
     /// 404: no such run for this owner.
     NotFound,
     /// 410: the events after the client's position are no longer retained.
@@ -82,6 +85,12 @@ pub(crate) enum ApiError {
     PastEnd(u64, u64),
     /// 429: the owner holds as many open streams as allowed.
     TooManyStreams,
+    /// 429 (with `Retry-After`): the owner spent a per-owner request budget (run lookups,
+    /// compatibility checks); the message names it.
+    Throttled(Throttled),
+    /// 422: two schemas whose comparison needs more work than one request may do, naming the
+    /// limit.
+    TooComplex(TooMuchWork),
     /// 409/410/422/503: an answer to a prompt (`resume`) that cannot be taken, naming the field.
     Prompt(PromptError, String),
     /// 400: a path id that cannot be a run id.
@@ -100,7 +109,25 @@ impl From<StartError> for ApiError {
             StartError::Prompt(err, field) => ApiError::Prompt(err, field),
             StartError::Conflict => ApiError::Conflict,
             StartError::ThreadBusy => ApiError::ThreadBusy,
+            StartError::OverBudget(exhausted) => ApiError::OverBudget(exhausted),
             StartError::Unavailable(err) => ApiError::Unavailable(err),
+        }
+    }
+}
+
+impl From<Throttled> for ApiError {
+    fn from(refused: Throttled) -> Self {
+        ApiError::Throttled(refused)
+    }
+}
+
+impl From<CheckError> for ApiError {
+    fn from(err: CheckError) -> Self {
+        match err {
+            CheckError::Throttled(refused) => ApiError::Throttled(refused),
+            CheckError::Invalid(violation) => ApiError::Invalid(violation),
+            CheckError::TooMuchWork(limit) => ApiError::TooComplex(limit),
+            CheckError::Internal(err) => ApiError::Internal(err),
         }
     }
 }
@@ -152,6 +179,19 @@ impl IntoResponse for ApiError {
                 }
                 return response;
             }
+            ApiError::OverBudget(exhausted) => {
+                let secs = exhausted.resets_in.as_secs().max(1);
+                let mut response = ErrorResponse::new(
+                    StatusCode::FORBIDDEN,
+                    ErrorCode::QuotaExceeded,
+                    crate::budget::refusal(&exhausted),
+                )
+                .into_response();
+                if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                return response;
+            }
             ApiError::NotFound => ErrorResponse::not_found("run"),
             ApiError::Expired(after) => ErrorResponse::with_field(
                 StatusCode::GONE,
@@ -175,6 +215,17 @@ impl IntoResponse for ApiError {
                 };
                 ErrorResponse::with_field(status, code, err.to_string(), field)
             }
+            ApiError::Throttled(refused) => ErrorResponse::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::RateLimited,
+                refused.to_string(),
+            )
+            .retry_after(refused.wait),
+            ApiError::TooComplex(limit) => ErrorResponse::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidRequest,
+                limit.to_string(),
+            ),
             ApiError::TooManyStreams => ErrorResponse::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::RateLimited,
@@ -370,58 +421,21 @@ async fn list_agents(
 
 /// `POST /api/v1/agents/compatibility` `{"from", "to"}`, each an agent name or an inline
 /// `MessageBodySchema`: can every message valid under `from`'s output schema be fed to `to`'s
-/// input schema? `{"compatible": true}`, or `false` with the reasons.
+/// input schema? `{"compatible": true}`, or `false` with the reasons. Rate-limited per owner,
+/// bounded in work and done off the async runtime ([`crate::compatibility`]).
 async fn compatibility(
     State(state): State<AppState>,
-    _owner: Owner,
+    owner: Owner,
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    state.compatibility.admit(owner.as_str())?;
     let bytes = read_json_body(&headers, body).await?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|err| {
-        ApiError::Invalid(Violation {
-            kind: ViolationKind::Malformed,
-            field: String::new(),
-            message: format!("the body is not JSON: {err}"),
-        })
-    })?;
-    let schema = |side: &str, output: bool| {
-        let field = format!("/{side}");
-        let invalid = |message: String| {
-            ApiError::Invalid(Violation {
-                kind: ViolationKind::Rule,
-                field: field.clone(),
-                message,
-            })
-        };
-        match value.get(side) {
-            Some(serde_json::Value::String(name)) => {
-                let card = state
-                    .agents
-                    .get_cached(name)
-                    .ok_or_else(|| invalid(format!("{side} names no agent: {name:?}")))?;
-                Ok(if output {
-                    card.output_schema.clone()
-                } else {
-                    card.input_schema.clone()
-                })
-            }
-            Some(inline @ serde_json::Value::Object(_)) => {
-                serde_json::from_value::<MessageBodySchema>(inline.clone())
-                    .map_err(|err| invalid(format!("{side} is not a MessageBodySchema: {err}")))
-            }
-            _ => Err(invalid(format!(
-                "{side} is required: an agent name or a MessageBodySchema"
-            ))),
-        }
-    };
     // A name may have been registered moments ago: read the catalog once before judging.
     let _ = state.agents.list().await;
-    let (from, to) = (schema("from", true)?, schema("to", false)?);
-    Ok(axum::Json(match from.compatible_with(&to) {
-        Ok(()) => serde_json::json!({"compatible": true, "incompatibilities": []}),
-        Err(reasons) => serde_json::json!({"compatible": false, "incompatibilities": reasons}),
-    }))
+    Ok(axum::Json(
+        state.compatibility.answer(&state.agents, bytes).await?,
+    ))
 }
 
 /// `GET /api/v1/agent/runs/{runId}/events`: the run's AG-UI events as server-sent events, from
@@ -434,6 +448,7 @@ async fn run_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     check_path_id(&run_id)?;
+    state.lookups.check(owner.as_str())?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(value) => value
@@ -541,6 +556,7 @@ async fn run_status(
     Path(run_id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_path_id(&run_id)?;
+    state.lookups.check(owner.as_str())?;
     let record = state
         .runs
         .find(owner.as_str(), &run_id)
@@ -558,6 +574,7 @@ async fn cancel_run(
     Path(run_id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_path_id(&run_id)?;
+    state.lookups.check(owner.as_str())?;
     let record = state
         .runs
         .cancel(owner.as_str(), &run_id)

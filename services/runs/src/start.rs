@@ -42,6 +42,9 @@ pub(crate) enum StartError {
     /// 409: another run is still active on the thread (policy `reject`).
     #[error("another run is active on this thread")]
     ThreadBusy,
+    /// 403: the owner's bytes of runs for the day are spent (`SB_RUNS_OWNER_BYTES_PER_DAY`).
+    #[error("the owner's bytes of runs per day are spent")]
+    OverBudget(crate::budget::Exhausted),
     /// 503: NATS or the attachments service did not answer.
     #[error("unavailable: {0:#}")]
     Unavailable(anyhow::Error),
@@ -137,6 +140,7 @@ pub(crate) async fn start_run(
         .map_err(|err| match err {
             AcceptError::Conflict => StartError::Conflict,
             AcceptError::ThreadBusy => StartError::ThreadBusy,
+            AcceptError::OverBudget(exhausted) => StartError::OverBudget(exhausted),
             AcceptError::Unavailable(e) => StartError::Unavailable(e),
         })
 }

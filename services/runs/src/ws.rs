@@ -108,6 +108,12 @@ pub(crate) async fn websocket(
         Some(Some(at)) => Some(at),
         Some(None) => return bad_cursor(),
     };
+    // A reconnect looks its run up, like a status request: the same per-owner budget.
+    if resume_from.is_some()
+        && let Err(refused) = state.lookups.check(owner.as_str())
+    {
+        return crate::routes::ApiError::from(refused).into_response();
+    }
     let Some(permit) = state.streams.acquire(owner.as_str(), "websocket") else {
         return ErrorResponse::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -684,6 +690,11 @@ fn api_error(err: StartError) -> WsError {
             WsErrorCode::InvalidMessage,
             "this message id was already used differently, or the conversation is busy",
             "id",
+        ),
+        StartError::OverBudget(exhausted) => WsError::new(
+            WsErrorCode::UnknownError,
+            crate::budget::refusal(&exhausted),
+            "quota_exceeded",
         ),
         StartError::RateLimited(wait) => WsError::new(
             WsErrorCode::UnknownError,

@@ -134,26 +134,91 @@ pub(crate) async fn time_zone_names(pool: &PgPool) -> sqlx::Result<Vec<String>> 
         .await
 }
 
-/// The messages written in `[from, to)`, in `seq` order.
-pub(crate) async fn messages_between(
+/// Where a page of a day is read: the thread's messages written in `[from, to)` with a `seq`
+/// below `below`, the newest first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DayWindow<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) thread_id: &'a str,
+    pub(crate) from: DateTime<Utc>,
+    pub(crate) to: DateTime<Utc>,
+    pub(crate) below: i64,
+}
+
+/// A page of a day as read: its rows in `seq` order, and how many the window held up to the
+/// row limit (more than the rows: the byte bound stopped the page).
+#[derive(Debug)]
+pub(crate) struct DayPage {
+    pub(crate) rows: Vec<MessageRow>,
+    pub(crate) fetched: i64,
+}
+
+/// A row of [`day_page`]: the message and the window's count.
+struct DayPageRow {
+    message_id: String,
+    seq: i64,
+    role: Role,
+    content: String,
+    metadata: Value,
+    created_at: DateTime<Utc>,
+    fetched: i64,
+}
+
+/// The newest messages of `window`, at most `limit` of them and, past the first (newest), at
+/// most `max_bytes` of text and metadata (`octet_length`: the database measures, without
+/// detoasting, and sends only the rows kept), returned in `seq` order.
+pub(crate) async fn day_page(
     pool: &PgPool,
-    owner: &str,
-    thread_id: &str,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> sqlx::Result<Vec<MessageRow>> {
-    sqlx::query_as!(
-        MessageRow,
-        r#"SELECT message_id, seq, role AS "role: Role", content, metadata, created_at FROM messages
-         WHERE owner = $1 AND thread_id = $2 AND created_at >= $3 AND created_at < $4
-         ORDER BY seq"#,
-        owner,
-        thread_id,
-        from,
-        to
+    window: DayWindow<'_>,
+    limit: i64,
+    max_bytes: i64,
+) -> sqlx::Result<DayPage> {
+    let rows = sqlx::query_as!(
+        DayPageRow,
+        r#"WITH newest AS (
+             SELECT message_id, seq, role, content, metadata, created_at,
+                    octet_length(content)::bigint + octet_length(metadata::text) AS size
+               FROM messages
+              WHERE owner = $1 AND thread_id = $2 AND created_at >= $3 AND created_at < $4
+                AND seq < $5
+              ORDER BY seq DESC
+              LIMIT $6
+           ), sized AS (
+             SELECT message_id, seq, role, content, metadata, created_at,
+                    sum(size) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS upto,
+                    row_number() OVER (ORDER BY seq DESC) AS nth,
+                    count(*) OVER () AS fetched
+               FROM newest
+           )
+           SELECT message_id AS "message_id!", seq AS "seq!", role AS "role!: Role",
+                  content AS "content!", metadata AS "metadata!", created_at AS "created_at!",
+                  fetched AS "fetched!"
+             FROM sized
+            WHERE nth = 1 OR upto <= $7::bigint
+            ORDER BY seq"#,
+        window.owner,
+        window.thread_id,
+        window.from,
+        window.to,
+        window.below,
+        limit,
+        max_bytes
     )
     .fetch_all(pool)
-    .await
+    .await?;
+    let fetched = rows.first().map_or(0, |r| r.fetched);
+    let rows = rows
+        .into_iter()
+        .map(|r| MessageRow {
+            message_id: r.message_id,
+            seq: r.seq,
+            role: r.role,
+            content: r.content,
+            metadata: r.metadata,
+            created_at: r.created_at,
+        })
+        .collect();
+    Ok(DayPage { rows, fetched })
 }
 
 /// Whether any message was written before `at`.

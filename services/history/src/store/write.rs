@@ -87,9 +87,38 @@ fn as_input(message: &Message) -> Option<Value> {
     serde_json::to_value(message).ok()
 }
 
+/// Most bytes of text (content and tool-call arguments) kept of one assistant or tool message a
+/// client resends that history did not produce; the rest is cut off.
+pub(crate) const RESENT_MESSAGE_BYTES: usize = 32 * 1024;
+/// Most messages a resent conversation may add to its thread in one run, besides the new turn.
+pub(crate) const RESENT_MESSAGES_PER_RUN: usize = 64;
+/// Most bytes (text, tool calls, a user message's input form) those may add.
+pub(crate) const RESENT_BYTES_PER_RUN: usize = 128 * 1024;
+
+/// A message of a resent conversation the thread does not hold yet, as it would be stored.
+struct Resent<'a> {
+    message_id: &'a str,
+    role: Role,
+    content: String,
+    metadata: Value,
+    agui: Option<Value>,
+    /// The run's new user message: always kept.
+    new_turn: bool,
+    /// Bytes it adds to the thread, as the per-run bound counts them.
+    bytes: usize,
+    /// Whether its text was cut to [`RESENT_MESSAGE_BYTES`].
+    cut: bool,
+}
+
 /// A conversation resent whole by its client: keeps, in order, the user, assistant and tool
 /// messages the thread does not hold yet (recognised by id), so a resent turn is never stored
 /// twice.
+///
+/// What a client resends is its own word, not what the agent said: of the messages history has
+/// not seen, an assistant or tool message keeps at most [`RESENT_MESSAGE_BYTES`] of text, and
+/// one run adds at most [`RESENT_MESSAGES_PER_RUN`] of them and [`RESENT_BYTES_PER_RUN`] besides
+/// the new user message, the newest first (the part nearest the new turn; what is older is not
+/// stored, counted and logged). The run itself is not affected.
 async fn record_conversation(
     tx: &mut Transaction<'_, Postgres>,
     task: &RunTaskV1,
@@ -98,54 +127,148 @@ async fn record_conversation(
     let messages = &task.input.messages;
     let new_turn = messages.iter().rposition(|m| matches!(m, Message::User(_)));
     let mut seen = std::collections::HashSet::new();
+    let mut unseen = Vec::new();
     for (at, message) in messages.iter().enumerate() {
         let id = message.id();
         if !seen.insert(id) {
             continue; // the same id twice in one request: the first one counts
         }
-        let mut metadata = input_metadata(task, id, Some(at) == new_turn);
-        let (role, content) = match message {
-            Message::User(user) => (Role::User, user.content.text()),
-            Message::Assistant(assistant) => {
-                if let Some(calls) = &assistant.tool_calls {
-                    let calls: Vec<Value> = calls
-                        .iter()
-                        .map(|c| json!({"id": c.id, "name": c.function.name, "arguments": c.function.arguments}))
-                        .collect();
-                    metadata["tool_calls"] = Value::Array(calls);
-                }
-                (
-                    Role::Assistant,
-                    assistant.content.clone().unwrap_or_default(),
-                )
-            }
-            Message::Tool(tool) => {
-                metadata["tool_call_id"] = Value::String(tool.tool_call_id.clone());
-                metadata["stage"] = Value::String("tool_execution".to_owned());
-                (Role::Tool, tool.content.clone())
-            }
-            _ => continue, // system, developer, reasoning, activity: not conversation
+        let Some(resent) = resent(task, message, Some(at) == new_turn) else {
+            continue; // system, developer, reasoning, activity: not conversation
         };
         if thread_holds(tx, &task.owner, &task.input.thread_id, id).await? {
             continue;
         }
+        unseen.push(resent);
+    }
+    let keep = within_run_bound(&unseen);
+    let dropped = keep.iter().filter(|keep| !**keep).count();
+    let mut cut = 0;
+    for (resent, keep) in unseen.into_iter().zip(keep) {
+        if !keep {
+            continue;
+        }
+        cut += usize::from(resent.cut);
         insert_message(
             tx,
             NewMessage {
                 owner: &task.owner,
                 thread_id: &task.input.thread_id,
                 task_id: task.task_id,
-                message_id: id,
-                role,
-                content: &content,
-                metadata,
-                agui: (role == Role::User).then(|| as_input(message)).flatten(),
+                message_id: resent.message_id,
+                role: resent.role,
+                content: &resent.content,
+                metadata: resent.metadata,
+                agui: resent.agui,
                 created_at: task.accepted_at,
             },
         )
         .await?;
     }
+    if dropped > 0 || cut > 0 {
+        metrics::counter!("switchboard_history_resent_messages_dropped_total")
+            .increment(dropped as u64);
+        metrics::counter!("switchboard_history_resent_messages_cut_total").increment(cut as u64);
+        tracing::warn!(
+            task.id = %task.task_id,
+            dropped,
+            cut,
+            "a resent conversation held more than one run may store: older messages left out, long ones cut"
+        );
+    }
     Ok(())
+}
+
+/// `message` as it would be stored, its text cut to [`RESENT_MESSAGE_BYTES`] unless a user
+/// wrote it (the run input's rules bound those); `None` for a message that is not conversation.
+fn resent<'a>(task: &RunTaskV1, message: &'a Message, new_turn: bool) -> Option<Resent<'a>> {
+    let id = message.id();
+    let mut metadata = input_metadata(task, id, new_turn);
+    let mut room = RESENT_MESSAGE_BYTES;
+    let mut cut = false;
+    let (role, content, agui, bytes) = match message {
+        Message::User(user) => {
+            let agui = as_input(message);
+            let content = user.content.text();
+            let bytes = content.len() + agui.as_ref().map_or(0, |a| a.to_string().len());
+            (Role::User, content, agui, bytes)
+        }
+        Message::Assistant(assistant) => {
+            let mut bytes = 0;
+            if let Some(calls) = &assistant.tool_calls {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|c| {
+                        let mut arguments = c.function.arguments.clone();
+                        cut |= cut_to(&mut arguments, room);
+                        room -= arguments.len();
+                        bytes += c.id.len() + c.function.name.len() + arguments.len();
+                        json!({"id": c.id, "name": c.function.name, "arguments": arguments})
+                    })
+                    .collect();
+                metadata["tool_calls"] = Value::Array(calls);
+            }
+            let mut content = assistant.content.clone().unwrap_or_default();
+            cut |= cut_to(&mut content, room);
+            bytes += content.len();
+            (Role::Assistant, content, None, bytes)
+        }
+        Message::Tool(tool) => {
+            metadata["tool_call_id"] = Value::String(tool.tool_call_id.clone());
+            metadata["stage"] = Value::String("tool_execution".to_owned());
+            let mut content = tool.content.clone();
+            cut |= cut_to(&mut content, room);
+            let bytes = tool.tool_call_id.len() + content.len();
+            (Role::Tool, content, None, bytes)
+        }
+        _ => return None,
+    };
+    if cut {
+        metadata["truncated"] = Value::Bool(true);
+    }
+    Some(Resent {
+        message_id: id,
+        role,
+        content,
+        metadata,
+        agui,
+        new_turn,
+        bytes,
+        cut,
+    })
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary; whether it cut anything.
+fn cut_to(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    text.truncate(text.floor_char_boundary(max));
+    true
+}
+
+/// Which of `unseen` (in conversation order) one run stores: the new turn always; the others
+/// from the newest back, while they fit in [`RESENT_MESSAGES_PER_RUN`] and
+/// [`RESENT_BYTES_PER_RUN`]; from the first that does not, none older (the stored part stays
+/// one unbroken stretch of the conversation).
+fn within_run_bound(unseen: &[Resent<'_>]) -> Vec<bool> {
+    let mut keep = vec![false; unseen.len()];
+    let (mut count, mut bytes, mut full) = (0, 0, false);
+    for (at, message) in unseen.iter().enumerate().rev() {
+        if message.new_turn {
+            keep[at] = true;
+            continue;
+        }
+        full = full
+            || count + 1 > RESENT_MESSAGES_PER_RUN
+            || bytes + message.bytes > RESENT_BYTES_PER_RUN;
+        if !full {
+            keep[at] = true;
+            count += 1;
+            bytes += message.bytes;
+        }
+    }
+    keep
 }
 
 /// Applies one run event, exactly once and in per-run order: the event's [`Change`]s (a pure
@@ -566,4 +689,51 @@ async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unseen(bytes: &[usize], new_turn: Option<usize>) -> Vec<Resent<'static>> {
+        bytes
+            .iter()
+            .enumerate()
+            .map(|(at, &bytes)| Resent {
+                message_id: "m",
+                role: Role::Assistant,
+                content: String::new(),
+                metadata: json!({}),
+                agui: None,
+                new_turn: Some(at) == new_turn,
+                bytes,
+                cut: false,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_keeps_the_newest_resent_messages_that_fit_and_none_older() {
+        let big = RESENT_BYTES_PER_RUN / 2;
+        // Oldest first: the two newest fit, the third does not, and the small one before it
+        // is not kept either (no hole in the stored stretch); the new turn always is.
+        let keep = within_run_bound(&unseen(&[1, big, 10, big, big, 50_000], Some(5)));
+        assert_eq!(keep, [false, false, false, true, true, true]);
+        let keep = within_run_bound(&unseen(&[1; RESENT_MESSAGES_PER_RUN + 3], None));
+        assert_eq!(keep.iter().filter(|k| **k).count(), RESENT_MESSAGES_PER_RUN);
+        assert!(
+            keep[3..].iter().all(|k| *k),
+            "the newest {RESENT_MESSAGES_PER_RUN}"
+        );
+    }
+
+    #[test]
+    fn a_cut_ends_on_a_character_boundary_within_the_bound() {
+        let mut text = "é".repeat(10); // 2 bytes each
+        assert!(cut_to(&mut text, 5));
+        assert_eq!(text, "éé");
+        let mut short = "abc".to_owned();
+        assert!(!cut_to(&mut short, 3));
+        assert_eq!(short, "abc");
+    }
 }
