@@ -37,6 +37,13 @@ pub struct Urls {
 /// Secret the test platform verifies Supabase-style signed-URL tokens with.
 pub const SUPABASE_SECRET: &str = "supabase-test-secret-0123456789abcdef";
 
+/// Run lookups (status, cancel, events, reconnects) per owner: tests poll status often; the
+/// limit has its own tests.
+const GENEROUS_LOOKUPS: runs::LookupRate = runs::LookupRate {
+    per_minute: 1_000_000,
+    burst: 1_000_000,
+};
+
 /// Settings a test may change from the defaults.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -197,7 +204,7 @@ impl TestPlatform {
             rate_burst: options.rate_burst,
             max_streams_per_owner: options.max_streams_per_owner,
             owner_bytes_per_day: options.runs_owner_bytes_per_day,
-            lookup_rate: runs::LookupRate::default(),
+            lookup_rate: GENEROUS_LOOKUPS,
         })
         .await?;
         let history = history::Application::build(history::Config {
@@ -262,7 +269,7 @@ impl TestPlatform {
             rate_burst: 10_000,
             max_streams_per_owner: 100,
             owner_bytes_per_day: self.runs_owner_bytes_per_day,
-            lookup_rate: runs::LookupRate::default(),
+            lookup_rate: GENEROUS_LOOKUPS,
         })
         .await?;
         let url = format!("http://127.0.0.1:{}", runs.port());
@@ -696,6 +703,9 @@ pub fn binary_env(
         ("SB_ATTACHMENTS_DATABASE_URL", database),
         ("RUST_LOG", "warn"),
         ("SB_WORKER_ACK_WAIT_SECS", "3"),
+        // Tests poll run status often; the lookup limit has its own test.
+        ("SB_RUNS_LOOKUP_RATE_PER_MINUTE", "1000000"),
+        ("SB_RUNS_LOOKUP_RATE_BURST", "1000000"),
     ];
     pairs
         .iter()

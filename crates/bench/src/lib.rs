@@ -15,6 +15,9 @@
 //!   before issue 12, for the broker memory curve (`scripts/bench-broker.sh`, section 9).
 //! - `pg-upload-loop`: the PostgreSQL work of one `upload-url` request, by the service's own
 //!   function, as a raw loop (`scripts/bench-attachments.sh`, section 3).
+//! - `relay-bench`: a bench AG-UI agent that stamps its events, and readers of its stream
+//!   directly and relayed by the worker through the runs service, for the relay's added latency
+//!   and events a second (`scripts/bench-relay.sh`, section 10).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
