@@ -3,8 +3,6 @@
 //! (`hasMore`, a cursor), and following the cursor yields the whole day once, in order, while
 //! another owner is answered; and the AG-UI route stores only so much of what a client resends.
 
-
-
 use serde_json::{Value, json};
 use switchboard_system_tests::{TestPlatform, read_sse, streamed_text};
 

@@ -370,13 +370,25 @@ pub async fn ensure_run_buckets(
             // their oldest records (long-ended runs, whose status history answers, and released
             // locks); refusing new records instead stopped every new run from starting.
             Box::pin(open(names.run_status_bucket(), limits.events_max_age, Old)),
-            Box::pin(open(names.thread_locks_bucket(), limits.events_max_age, Old)),
+            Box::pin(open(
+                names.thread_locks_bucket(),
+                limits.events_max_age,
+                Old
+            )),
             Box::pin(open(names.prompts_bucket(), limits.runs_max_age, New)),
-            Box::pin(open(names.prompt_deadlines_bucket(), limits.runs_max_age, New)),
+            Box::pin(open(
+                names.prompt_deadlines_bucket(),
+                limits.runs_max_age,
+                New
+            )),
             Box::pin(open(names.agents_bucket(), AGENT_CARD_TTL, New)),
             // Full, the oldest threads' states go first (an agent then starts that thread afresh).
             Box::pin(open(names.thread_state_bucket(), THREAD_STATE_MAX_AGE, Old)),
-            Box::pin(open(names.owner_budgets_bucket(), OWNER_BUDGET_MAX_AGE, Old)),
+            Box::pin(open(
+                names.owner_budgets_bucket(),
+                OWNER_BUDGET_MAX_AGE,
+                Old
+            )),
         )?;
     Ok(RunBuckets {
         run_status,
