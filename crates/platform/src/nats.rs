@@ -359,37 +359,43 @@ pub async fn ensure_run_buckets(
     // All at once: on a cluster a bucket's creation may wait seconds for the meta leader
     // (several services create the same buckets as they start), and one after another the
     // waits added up past a pod's startup budget.
-    // Each future boxed: seven of them side by side would be a large future on the caller's
-    // stack (a debug build overflowed a test thread's).
-    let (run_status, thread_locks, prompts, prompt_deadlines, agents, thread_state, owner_budgets) =
-        tokio::try_join!(
-            // A status record lives as long as the run's events (history keeps every run's
-            // status for good): a key per run for 7 days was ~550 bytes of broker memory per run.
-            // Every run writes a status record and its thread's lock, so these two buckets fill
-            // with the runs of a day (~480 bytes a status: 1 GiB is ~2.2M runs). Full, they drop
-            // their oldest records (long-ended runs, whose status history answers, and released
-            // locks); refusing new records instead stopped every new run from starting.
-            Box::pin(open(names.run_status_bucket(), limits.events_max_age, Old)),
-            Box::pin(open(
-                names.thread_locks_bucket(),
-                limits.events_max_age,
-                Old
-            )),
-            Box::pin(open(names.prompts_bucket(), limits.runs_max_age, New)),
-            Box::pin(open(
-                names.prompt_deadlines_bucket(),
-                limits.runs_max_age,
-                New
-            )),
-            Box::pin(open(names.agents_bucket(), AGENT_CARD_TTL, New)),
-            // Full, the oldest threads' states go first (an agent then starts that thread afresh).
-            Box::pin(open(names.thread_state_bucket(), THREAD_STATE_MAX_AGE, Old)),
-            Box::pin(open(
-                names.owner_budgets_bucket(),
-                OWNER_BUDGET_MAX_AGE,
-                Old
-            )),
-        )?;
+    // Each future boxed and joined from a list: seven of them side by side in one future
+    // overflowed a debug build's test thread.
+    type Opening<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<JsonKv>> + Send + 'a>>;
+    let openings: Vec<Opening<'_>> = vec![
+        // A status record lives as long as the run's events (history keeps every run's
+        // status for good): a key per run for 7 days was ~550 bytes of broker memory per run.
+        // Every run writes a status record and its thread's lock, so these two buckets fill
+        // with the runs of a day (~480 bytes a status: 1 GiB is ~2.2M runs). Full, they drop
+        // their oldest records (long-ended runs, whose status history answers, and released
+        // locks); refusing new records instead stopped every new run from starting.
+        Box::pin(open(names.run_status_bucket(), limits.events_max_age, Old)),
+        Box::pin(open(
+            names.thread_locks_bucket(),
+            limits.events_max_age,
+            Old,
+        )),
+        Box::pin(open(names.prompts_bucket(), limits.runs_max_age, New)),
+        Box::pin(open(
+            names.prompt_deadlines_bucket(),
+            limits.runs_max_age,
+            New,
+        )),
+        Box::pin(open(names.agents_bucket(), AGENT_CARD_TTL, New)),
+        // Full, the oldest threads' states go first (an agent then starts that thread afresh).
+        Box::pin(open(names.thread_state_bucket(), THREAD_STATE_MAX_AGE, Old)),
+        Box::pin(open(
+            names.owner_budgets_bucket(),
+            OWNER_BUDGET_MAX_AGE,
+            Old,
+        )),
+    ];
+    let mut opened = futures::future::try_join_all(openings).await?.into_iter();
+    let mut next = || opened.next().context("a bucket was not opened");
+    let (run_status, thread_locks, prompts, prompt_deadlines) =
+        (next()?, next()?, next()?, next()?);
+    let (agents, thread_state, owner_budgets) = (next()?, next()?, next()?);
     Ok(RunBuckets {
         run_status,
         thread_locks,
