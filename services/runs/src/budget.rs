@@ -11,9 +11,10 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Datelike as _, NaiveDate, Utc};
 use platform::nats::{Created, JsonKv};
 use protocol::messaging::short_digest;
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,8 @@ pub(crate) struct OwnerBytesBudget {
     chunk: u64,
     kv: JsonKv,
     leases: Mutex<HashMap<String, Lease>>,
+    /// The day (days from the common era) the leases of earlier days were last dropped.
+    pruned: AtomicI32,
 }
 
 /// How much of `want` a day that has leased `leased` of `per_day` can still grant.
@@ -93,6 +96,7 @@ impl OwnerBytesBudget {
             chunk: chunk_of(per_day),
             kv,
             leases: Mutex::new(HashMap::new()),
+            pruned: AtomicI32::new(0),
         }
     }
 
@@ -153,8 +157,9 @@ impl OwnerBytesBudget {
         let Ok(mut leases) = self.leases.lock() else {
             return Some(bytes);
         };
-        // A new day: the leases of earlier days are worth nothing.
-        if leases.len() > 10_000 {
+        // A new day: the leases of earlier days are worth nothing (dropped once a day).
+        let today = day.num_days_from_ce();
+        if self.pruned.swap(today, Ordering::Relaxed) != today {
             leases.retain(|_, lease| lease.day == day);
         }
         match leases.get_mut(owner) {
