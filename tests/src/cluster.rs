@@ -310,7 +310,10 @@ impl Fleet {
     async fn wait_ready(&self, index: usize) -> anyhow::Result<()> {
         let replica = &self.replicas[index];
         let url = format!("http://127.0.0.1:{}/readyz", replica.port);
-        wait_http_ok(&url, EVENTUAL * 3, replica.service).await
+        // Generous: on a 3-node cluster sharing 2 cores with other tests, every replica creating
+        // its streams, buckets and durables at once waits on the JetStream meta leader (a request
+        // may time out after 5 s and be retried); ready late is not wrong.
+        wait_http_ok(&url, EVENTUAL * 9, replica.service).await
     }
 
     /// The base URL of one replica (its own port, bypassing the gateway).
