@@ -365,6 +365,12 @@ impl RemoteAgent {
         let first_event = started + self.config.timeouts.first_event;
         let mut seen_first = false;
         let mut end: Option<End> = None;
+        let closed_early = || {
+            self.failure(
+                codes::PROTOCOL,
+                "closed its event stream before RUN_FINISHED".to_owned(),
+            )
+        };
         loop {
             let until = if end.is_some() {
                 Instant::now() + CLOSE_GRACE.min(self.config.timeouts.idle)
@@ -378,37 +384,19 @@ impl RemoteAgent {
                 () = sink.cancelled() => return Err(Cancelled.into()),
                 next = tokio::time::timeout_at(until, body.next()) => next,
             };
-            let frames = match next {
+            // The frames a chunk completes; at the end of the body, the last one (if any).
+            let (frames, body_ended) = match next {
                 Err(_) if end.is_some() => break, // finished; the agent left its stream open
                 Err(_) => return Err(self.timed_out(first_event, deadline, !seen_first)),
-                Ok(Some(Ok(bytes))) => parser.push(&bytes),
+                Ok(Some(Ok(bytes))) => (parser.push(&bytes), false),
                 Ok(Some(Err(err))) => {
                     tracing::warn!(agent = %agent, error = %err, "remote agent stream broke");
                     if end.is_some() {
                         break;
                     }
-                    return Err(self.failure(
-                        codes::PROTOCOL,
-                        "closed its event stream before RUN_FINISHED".to_owned(),
-                    ));
+                    return Err(closed_early());
                 }
-                Ok(None) => match parser.finish() {
-                    Ok(last) => {
-                        let frames: Vec<_> = last.into_iter().collect();
-                        self.handle(
-                            frames,
-                            verifier,
-                            sink,
-                            &mut end,
-                            &mut seen_first,
-                            started,
-                            &events_total,
-                        )
-                        .await?;
-                        break;
-                    }
-                    Err(err) => Err(err),
-                },
+                Ok(None) => (parser.finish().map(|last| last.into_iter().collect()), true),
             };
             let frames = frames.map_err(|err| {
                 self.failure(codes::PROTOCOL, format!("sent an unreadable stream: {err}"))
@@ -423,13 +411,11 @@ impl RemoteAgent {
                 &events_total,
             )
             .await?;
+            if body_ended {
+                return end.ok_or_else(closed_early);
+            }
         }
-        end.ok_or_else(|| {
-            self.failure(
-                codes::PROTOCOL,
-                "closed its event stream before RUN_FINISHED".to_owned(),
-            )
-        })
+        end.ok_or_else(closed_early)
     }
 
     #[allow(clippy::too_many_arguments)]
