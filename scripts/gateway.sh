@@ -85,7 +85,8 @@ CONF
     local locations=()
     case "$match" in
       exact) locations=("= $path") ;;
-      prefix) locations=("= $path" "^~ $path/") ;;
+      # A prefix ending in "/" is only what is under it (its parent path may go elsewhere).
+      prefix) case "$path" in */) locations=("^~ $path") ;; *) locations=("= $path" "^~ $path/") ;; esac ;;
       *) die "deploy/routes.tsv: unknown match $match" ;;
     esac
     local location

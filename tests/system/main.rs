@@ -29,6 +29,7 @@ mod run_contract;
 mod security;
 mod server_upload;
 mod streams;
+mod thread_stream;
 mod threads;
 mod uploads;
 mod web;

@@ -751,6 +751,25 @@ impl JsonKv {
             }))
     }
 
+    /// Every change to any key from now on (not the current values), as `(key, value)`:
+    /// `None` for a delete or a value this version cannot decode. Ends when the watch fails.
+    pub async fn watch_changes<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+    ) -> anyhow::Result<impl futures::Stream<Item = (String, Option<T>)> + Send + 'static> {
+        use futures::StreamExt as _;
+        use jetstream::kv::Operation;
+        let watch = self.store.watch_all().await?;
+        Ok(watch
+            .take_while(|entry| std::future::ready(entry.is_ok()))
+            .filter_map(|entry| async move {
+                let entry = entry.ok()?;
+                let value = (entry.operation == Operation::Put)
+                    .then(|| serde_json::from_slice(&entry.value).ok())
+                    .flatten();
+                Some((entry.key, value))
+            }))
+    }
+
     /// The current value of every key, then every change, as `(key, value)`: `None` for a
     /// delete or a value this version cannot decode. Ends when the watch fails.
     pub async fn watch_all<T: serde::de::DeserializeOwned + Send + 'static>(
@@ -849,6 +868,19 @@ impl RunBuckets {
                 return Ok(Claim::Claimed);
             }
         }
+    }
+
+    /// The task holding `(owner, thread_id)`'s lock, if that run is still queued or running.
+    pub async fn active_run(
+        &self,
+        owner: &str,
+        thread_id: &str,
+    ) -> anyhow::Result<Option<uuid::Uuid>> {
+        let key = protocol::messaging::thread_lock_key(owner, thread_id);
+        let Some((holder, _)) = self.thread_locks.get::<ThreadLock>(&key).await? else {
+            return Ok(None);
+        };
+        Ok(self.holds_active(&holder).await?.then_some(holder.task_id))
     }
 
     async fn holds_active(&self, holder: &ThreadLock) -> anyhow::Result<bool> {

@@ -113,7 +113,8 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             subscribe: vec![inbox, format!("{prefix}.attachments.*")],
             responds: true,
         },
-        // Accepts runs, cancels them, follows their events, admits files, waits for history.
+        // Accepts runs, cancels them, follows their events, admits files, waits for history,
+        // reads a thread's messages for a client joining it.
         "runs" => Permissions {
             publish: [
                 names.runs_subjects(),
@@ -122,6 +123,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.attachments_resolve_subject(),
                 names.history_progress_subject(),
                 names.history_run_lookup_subject(),
+                names.history_thread_messages_subject(),
             ]
             .into_iter()
             .chain(streams())
@@ -269,7 +271,7 @@ mod tests {
         assert_eq!(callers(&names.history_run_lookup_subject()), ["runs"]);
         assert_eq!(
             callers(&names.history_thread_messages_subject()),
-            ["worker"]
+            ["runs", "worker"]
         );
         let task = uuid::Uuid::now_v7();
         assert_eq!(callers(&names.run_event_subject(task)), ["runs", "worker"]);

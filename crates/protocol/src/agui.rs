@@ -14,6 +14,11 @@ pub enum Event {
         thread_id: String,
         /// Run id.
         run_id: String,
+        /// AG-UI's `input`: what the run was started with, as far as a client that did not
+        /// start it needs it (`{threadId, runId, messages}`: the turn's user message), so that
+        /// a second device following the thread shows the question with the answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<serde_json::Value>,
     },
     /// The run finished successfully.
     #[serde(rename_all = "camelCase")]

@@ -286,6 +286,22 @@ pub fn prompt_key(prompt_id: &str) -> String {
     format!("prompt.{}", crate::messaging::short_digest(prompt_id))
 }
 
+/// KV key (in the prompts bucket) of the last prompt asked on `(owner, threadId)`: where a
+/// client joining the thread finds the question that may still wait for it.
+pub fn thread_prompt_key(owner: &str, thread_id: &str) -> String {
+    format!("thread.{}", crate::messaging::digest(&[owner, thread_id]))
+}
+
+/// The last prompt asked on a thread ([`thread_prompt_key`]): which prompt, and the run that
+/// asked it (its events end with the question).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadPrompt {
+    /// The prompt's id ([`prompt_key`] finds its record, and whether it still waits).
+    pub prompt_id: String,
+    /// The task that asked.
+    pub task_id: Uuid,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

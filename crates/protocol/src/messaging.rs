@@ -299,6 +299,12 @@ pub fn run_key(owner: &str, thread_id: &str, run_id: &str) -> String {
     digest(&[owner, thread_id, run_id])
 }
 
+/// Key of `(owner, threadId)`'s record in the thread state bucket: what a remote agent left
+/// of the thread (its state, its pending interrupts).
+pub fn thread_state_key(owner: &str, thread_id: &str) -> String {
+    format!("state.{}", digest(&[owner, thread_id]))
+}
+
 /// Key of the lock on `(owner, threadId)`.
 pub fn thread_lock_key(owner: &str, thread_id: &str) -> String {
     format!("t.{}", digest(&[owner, thread_id]))
@@ -432,7 +438,9 @@ pub enum ThreadMessagesRequest {
         /// The thread.
         thread_id: String,
         /// The run asking: its own messages are left out (the agent gets them from its task), and
-        /// so are those of runs accepted after it (a follow-up already queued).
+        /// so are those of runs accepted after it (a follow-up already queued). The runs service
+        /// asks for a thread's snapshot as of the run a joining client will follow from its
+        /// first event, or with the nil UUID for every message up to `runs_seq`.
         task_id: Uuid,
         /// Sequence of the asking run's task in the RUNS stream: history answers only once it
         /// has written every run up to it and every event of the thread's earlier runs, so the

@@ -38,6 +38,24 @@ pub struct RunAgentInput {
 }
 
 impl RunAgentInput {
+    /// AG-UI `RUN_STARTED.input` for the clients that did not start the run: the thread, the
+    /// run and the turn's new user message (the last message, when it is the user's), so a
+    /// client following the thread adds the question it has not seen (AG-UI clients add
+    /// `input.messages` they do not hold, by id).
+    pub fn started_input(&self) -> serde_json::Value {
+        let turn: Vec<&Message> = self
+            .messages
+            .last()
+            .filter(|m| matches!(m, Message::User(_)))
+            .into_iter()
+            .collect();
+        serde_json::json!({
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "messages": turn,
+        })
+    }
+
     /// A one-message turn on `thread_id`: the user's `content` as message `message_id`, with
     /// empty state, tools, context and forwarded props (what the WebSocket and chat APIs start).
     pub fn turn(thread_id: &str, run_id: &str, message_id: &str, content: UserContent) -> Self {

@@ -72,9 +72,15 @@ async fn answer(
         return Ok(ThreadMessagesReply::Behind);
     }
     let runs_seq = i64::try_from(runs_seq).unwrap_or(i64::MAX);
+    // An asking run waits for the runs before it; a thread's snapshot (no asking run: the nil
+    // id) for every run up to and including `runs_seq`.
+    let before = if task_id.is_nil() {
+        runs_seq.saturating_add(1)
+    } else {
+        runs_seq
+    };
     loop {
-        let unended =
-            store::unended_runs_before(pool, &owner, &thread_id, task_id, runs_seq).await?;
+        let unended = store::unended_runs_before(pool, &owner, &thread_id, task_id, before).await?;
         if !events_pending(&written.events, names, &unended).await? {
             break;
         }

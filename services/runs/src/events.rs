@@ -160,6 +160,17 @@ impl EventHub {
         }
     }
 
+    /// The last event of `task_id` the log holds, if any.
+    pub(crate) async fn last_event(&self, task_id: Uuid) -> anyhow::Result<Option<RunEventV1>> {
+        LogReader {
+            log: self.log.clone(),
+            subject: self.names.run_event_subject(task_id),
+            stream_seq: 0,
+        }
+        .last()
+        .await
+    }
+
     /// The events of `task_id` after `after`, each once and in order, ending after the
     /// terminal event. Checked before the first event, so a caller can answer with a status
     /// code: `Expired` when the log no longer holds the next event the reader needs, `Ended`

@@ -12,6 +12,7 @@ mod prompts;
 mod routes;
 mod start;
 mod status;
+mod thread;
 mod ws;
 
 pub use accept::ActiveRunPolicy;
@@ -117,6 +118,8 @@ pub(crate) struct SharedState {
     /// `POST /api/v1/agents/compatibility`: its rate and its places on the blocking pool.
     pub(crate) compatibility: compatibility::CompatibilityChecks,
     pub(crate) events: events::EventHub,
+    /// Thread streams: a conversation's runs, live, on every device.
+    pub(crate) threads: thread::Threads,
     pub(crate) buckets: platform::nats::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
     /// The agents workers registered.
@@ -175,6 +178,8 @@ impl platform::service::Service for Application {
         let hub_client = client.clone();
         let prompt_buckets = buckets.clone();
         let agents_kv = buckets.agents.clone();
+        let thread_client = client.clone();
+        let thread_runs = runs_stream.clone();
         let runs = Arc::new(status::RunDirectory::new(
             client,
             runs_stream,
@@ -188,6 +193,14 @@ impl platform::service::Service for Application {
         let shutdown = CancellationToken::new();
         let events =
             events::EventHub::start(&hub_client, &js, names.clone(), shutdown.clone()).await?;
+        let threads = thread::Threads::new(
+            thread::ThreadWatch::start(prompt_buckets.thread_locks.clone(), shutdown.clone()),
+            events.clone(),
+            prompt_buckets.clone(),
+            thread_client,
+            names.clone(),
+            thread_runs,
+        );
         let state = AppState(Arc::new(SharedState {
             auth,
             accept,
@@ -197,6 +210,7 @@ impl platform::service::Service for Application {
             lookups: limit::Throttle::lookups(lookup_rate),
             compatibility: compatibility::CompatibilityChecks::new(),
             events,
+            threads,
             buckets: prompt_buckets,
             streams: limit::StreamQuota::new(
                 usize::try_from(config.max_streams_per_owner).unwrap_or(usize::MAX),

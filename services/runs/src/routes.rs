@@ -30,6 +30,7 @@ use crate::limit::{StreamPermit, Throttled};
 use crate::prompts::{PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
 use crate::status::status_response;
+use crate::thread::{Cursor, ThreadError};
 
 /// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
 pub(crate) const OPENAPI: &str = include_str!("../openapi.json");
@@ -46,6 +47,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/agent/runs/{run_id}", get(run_status))
         .route("/api/v1/agent/runs/{run_id}/cancel", post(cancel_run))
         .route("/api/v1/agent/runs/{run_id}/events", get(run_events))
+        .route(
+            "/api/v1/agent/threads/{thread_id}/events",
+            get(thread_events),
+        )
         .route("/api/v1/agent/ag-ui", post(ag_ui_run))
         .route("/v2/chat", post(chat))
         .route("/api/v1/agents", get(list_agents))
@@ -77,6 +82,11 @@ pub(crate) enum ApiError {
     OverBudget(crate::budget::Exhausted),
     /// 404: no such run for this owner.
     NotFound,
+    /// 404: no message and no run of this owner on this thread.
+    NoThread,
+    /// 400: a thread stream's `Last-Event-ID` that is not one of its event ids (or names
+    /// another thread's run).
+    BadThreadCursor,
     /// 410: the events after the client's position are no longer retained.
     Expired(u64),
     /// 400: a `Last-Event-ID` that is not an event id of this API.
@@ -193,6 +203,13 @@ impl IntoResponse for ApiError {
                 return response;
             }
             ApiError::NotFound => ErrorResponse::not_found("run"),
+            ApiError::NoThread => ErrorResponse::not_found("thread"),
+            ApiError::BadThreadCursor => ErrorResponse::with_field(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                "Last-Event-ID must be the id of an event of this thread's stream (<taskId>:<seq>, or 0)",
+                "Last-Event-ID",
+            ),
             ApiError::Expired(after) => ErrorResponse::with_field(
                 StatusCode::GONE,
                 ErrorCode::Expired,
@@ -471,6 +488,59 @@ async fn run_events(
         record.status.is_terminal(),
     )
     .await
+}
+
+/// `GET /api/v1/agent/threads/{threadId}/events`: the thread's stream (`crate::thread`): a
+/// snapshot, the open run, then every later run of the thread, live, until the client leaves;
+/// `Last-Event-ID` resumes.
+async fn thread_events(
+    State(state): State<AppState>,
+    owner: Owner,
+    Path(thread_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if thread_id.is_empty() || thread_id.chars().count() > MAX_PATH_ID_CHARS {
+        return Err(ApiError::Invalid(Violation {
+            kind: ViolationKind::Malformed,
+            field: "threadId".to_owned(),
+            message: "threadId must be 1 to 128 characters".to_owned(),
+        }));
+    }
+    state.lookups.check(owner.as_str())?;
+    let cursor = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(Cursor::parse)
+                .ok_or(ApiError::BadThreadCursor)?,
+        ),
+    };
+    let permit = state
+        .streams
+        .acquire(owner.as_str(), "sse")
+        .ok_or(ApiError::TooManyStreams)?;
+    let items = state
+        .threads
+        .open(owner.as_str(), &thread_id, cursor)
+        .await
+        .map_err(|err| match err {
+            ThreadError::NotFound => ApiError::NoThread,
+            ThreadError::ForeignCursor => ApiError::BadThreadCursor,
+            ThreadError::Unavailable(err) => ApiError::Unavailable(err),
+        })?;
+    let frames = items
+        .map(move |item| {
+            let _held = &permit; // the owner's stream slot, released with the stream
+            SseEvent::default()
+                .id(item.cursor.id())
+                .json_data(&item.event)
+        })
+        .take_until(state.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(frames)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat"))
+        .into_response())
 }
 
 /// The SSE answer for a run just accepted here: all of its events.

@@ -548,6 +548,7 @@ impl RunConsumer {
         sink.finish(Event::RunStarted {
             thread_id: task.input.thread_id.clone(),
             run_id: task.input.run_id.clone(),
+            input: Some(task.input.started_input()),
         })
         .await?;
         if let Some(resumed) = &task.resumed

@@ -61,6 +61,7 @@ impl EventSink {
                 event: Event::RunStarted {
                     thread_id: String::new(),
                     run_id: String::new(),
+                    input: None,
                 },
             },
             cancel,

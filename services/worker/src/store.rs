@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use platform::nats::{Claim, Created, RunBuckets};
-use protocol::interaction::{PromptRecord, prompt_key};
+use protocol::interaction::{PromptRecord, ThreadPrompt, prompt_key, thread_prompt_key};
 use protocol::messaging::{RunStatus, RunStatusRecord, RunTaskV1, status_key};
 
 use crate::registry::AgentSet;
@@ -142,8 +142,21 @@ impl RunStore {
 
     /// Stores `record` unless its prompt is stored already (a redelivered run asks again), and
     /// returns the prompt as stored.
+    /// The thread's pointer to its last prompt ([`thread_prompt_key`]) is written too, so a
+    /// client joining the thread finds the question.
     pub(crate) async fn save_prompt(&self, record: PromptRecord) -> anyhow::Result<PromptRecord> {
         let key = prompt_key(&record.prompt_id);
+        let pointer = ThreadPrompt {
+            prompt_id: record.prompt_id.clone(),
+            task_id: record.task_id,
+        };
+        self.buckets
+            .prompts
+            .put(
+                &thread_prompt_key(&record.owner, &record.thread_id),
+                &pointer,
+            )
+            .await?;
         match self.buckets.prompts.create(&key, &record).await? {
             Created::Created(_) => Ok(record),
             Created::Exists => self

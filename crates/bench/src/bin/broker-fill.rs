@@ -243,6 +243,7 @@ async fn start_one(
             event: Event::RunStarted {
                 thread_id: task.input.thread_id.clone(),
                 run_id: task.input.run_id.clone(),
+                input: None,
             },
         });
         let payload = serde_json::to_vec(&event)?;

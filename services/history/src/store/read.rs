@@ -327,7 +327,8 @@ pub(crate) struct AguiRow {
 }
 
 /// The thread's most recent `limit` messages before the run `task_id`, newest first: none of
-/// its own, none of a run accepted after it (RUNS stream sequence past `runs_seq`).
+/// its own, none of a run accepted after it (RUNS stream sequence past `runs_seq`, or past
+/// `task_id`'s own when history holds that run; a task id of no run leaves out nothing more).
 pub(crate) async fn messages_before_run(
     pool: &PgPool,
     owner: &str,
@@ -349,7 +350,10 @@ pub(crate) async fn messages_before_run(
              FROM messages m
             WHERE m.owner = $1 AND m.thread_id = $2 AND m.task_id <> $3
               AND NOT EXISTS (SELECT 1 FROM run_progress r
-                               WHERE r.task_id = m.task_id AND r.runs_seq > $4)
+                               WHERE r.task_id = m.task_id
+                                 AND (r.runs_seq > $4
+                                      OR r.runs_seq > (SELECT a.runs_seq FROM run_progress a
+                                                        WHERE a.task_id = $3)))
             ORDER BY m.seq DESC
             LIMIT $5"#,
         owner,

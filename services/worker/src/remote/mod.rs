@@ -19,7 +19,7 @@ use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use protocol::agents::AgentCard;
 use protocol::files::{SignReply, SignRequest};
-use protocol::messaging::{Names, RunTaskV1, ThreadMessagesReply, ThreadMessagesRequest, digest};
+use protocol::messaging::{Names, RunTaskV1, ThreadMessagesReply, ThreadMessagesRequest};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -72,7 +72,7 @@ pub struct ThreadRecord {
 
 /// Key of a thread's record.
 pub fn thread_key(owner: &str, thread_id: &str) -> String {
-    format!("state.{}", digest(&[owner, thread_id]))
+    protocol::messaging::thread_state_key(owner, thread_id)
 }
 
 /// What the relay needs of NATS.

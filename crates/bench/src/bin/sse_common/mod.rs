@@ -159,6 +159,7 @@ impl Run {
             1 => Event::RunStarted {
                 thread_id: self.thread_id.clone(),
                 run_id: self.run_id.clone(),
+                input: None,
             },
             2 => Event::TextMessageStart {
                 message_id,
