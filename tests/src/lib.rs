@@ -193,6 +193,7 @@ impl TestPlatform {
             sweep_every: Duration::from_secs(1),
             cors_allowed_origins: options.cors_allowed_origins.clone(),
             quota: options.quota.clone(),
+            limits: attachments::Limits::default(),
         })
         .await?;
         let runs = runs::Application::build(runs::Config {

@@ -2,24 +2,33 @@
 //! (`SB_RUNS_OWNER_BYTES_PER_DAY`): past them every replica answers 403 `quota_exceeded` naming
 //! the setting and when it resets, and another owner's runs are still accepted.
 
-use serde_json::{Value, json};
-use switchboard_system_tests::{Options, TestPlatform, text_run};
+use std::collections::HashMap;
 
-/// A run of about 20 KiB (most of it in `state`, which the runs service stores as sent).
+use protocol::messaging::RunTask;
+use serde_json::{Value, json};
+use switchboard_system_tests::cluster::Fleet;
+use switchboard_system_tests::{Options, TestPlatform, read_sse, text_run};
+
+/// A run of about 20 KiB (most of it in `state`, which the runs service stores as sent), on a
+/// new thread. The run id has a fixed width (`r0042`), so every such run stores the same bytes
+/// but for the digits of its acceptance time.
 fn big_run(n: usize) -> Value {
-    let mut run = text_run(&uuid::Uuid::new_v4().to_string(), &format!("r{n}"), "hello");
+    let mut run = text_run(
+        &uuid::Uuid::new_v4().to_string(),
+        &format!("r{n:04}"),
+        "hello",
+    );
     run["state"] = json!({"pad": "y".repeat(20 * 1024)});
     run
 }
 
 async fn post(
-    platform: &TestPlatform,
+    http: &reqwest::Client,
     runs: &str,
     token: &str,
     body: &Value,
 ) -> (u16, Option<String>, Value) {
-    let response = platform
-        .http
+    let response = http
         .post(format!("{runs}/api/v1/agent/runs"))
         .bearer_auth(token)
         .json(body)
@@ -53,7 +62,8 @@ async fn an_owners_bytes_per_day_hold_across_runs_replicas_and_another_owner_is_
     let mut accepted = 0u64;
     let mut refusal = None;
     for n in 0..100 {
-        let (status, retry, body) = post(&platform, &replicas[n % 2], &alice, &big_run(n)).await;
+        let (status, retry, body) =
+            post(&platform.http, &replicas[n % 2], &alice, &big_run(n)).await;
         match status {
             202 => accepted += 1,
             403 => {
@@ -80,9 +90,185 @@ async fn an_owners_bytes_per_day_hold_across_runs_replicas_and_another_owner_is_
     assert!((1..=86_400).contains(&retry), "Retry-After {retry}");
     // Both replicas refuse the owner now; another owner is accepted on both.
     for runs in &replicas {
-        let (status, _, body) = post(&platform, runs, &alice, &big_run(1000)).await;
+        let (status, _, body) = post(&platform.http, runs, &alice, &big_run(1000)).await;
         assert_eq!(status, 403, "{runs}: {body}");
-        let (status, _, body) = post(&platform, runs, &bob, &big_run(1001)).await;
+        let (status, _, body) = post(&platform.http, runs, &bob, &big_run(1001)).await;
         assert_eq!(status, 202, "{runs}: {body}");
+    }
+}
+
+/// The bytes each task in the fleet's RUNS stream takes, by task id: exactly what the budget
+/// charged for it (the runs service spends the length of the payload it publishes).
+async fn stored_task_bytes(fleet: &Fleet) -> HashMap<String, u64> {
+    let js = async_nats::jetstream::new(fleet.nats.admin().await.unwrap());
+    let mut stream = js.get_stream(fleet.nats.names.runs_stream()).await.unwrap();
+    let state = stream.info().await.unwrap().state.clone();
+    let mut sizes = HashMap::new();
+    if state.messages == 0 {
+        return sizes;
+    }
+    for seq in state.first_sequence..=state.last_sequence {
+        let message = stream.get_raw_message(seq).await.unwrap();
+        let RunTask::V1(task) = serde_json::from_slice(&message.payload).unwrap();
+        sizes.insert(task.task_id.to_string(), message.payload.len() as u64);
+    }
+    sizes
+}
+
+/// Checks a refusal of the day's bytes: 403 `quota_exceeded`, `Retry-After` within the day, the
+/// message naming the budget, its setting and when it resets.
+fn assert_refused_for_the_day(
+    what: &str,
+    budget: u64,
+    (status, retry, body): &(u16, Option<String>, Value),
+) {
+    assert_eq!(*status, 403, "{what}: {body}");
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{what}: {body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("SB_RUNS_OWNER_BYTES_PER_DAY")
+            && message.contains(&format!("({budget} bytes"))
+            && message.contains("00:00 UTC"),
+        "{what}: {message}"
+    );
+    let retry: u64 = retry
+        .as_deref()
+        .unwrap_or_else(|| panic!("{what}: no Retry-After"))
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&retry), "{what}: Retry-After {retry}");
+}
+
+/// Three runs replicas on a 3-node NATS cluster hold one owner to the same budget as one
+/// replica: the runs an owner got accepted, spread round-robin over the replicas, add up to
+/// no more than `SB_RUNS_OWNER_BYTES_PER_DAY`, and to no less than the budget minus what the
+/// replicas still hold leased (less than a lease each). Once spent, every replica, and the
+/// gateway, refuse the owner; another owner's runs are accepted and complete.
+#[tokio::test]
+async fn an_owners_bytes_per_day_hold_fleet_wide_with_three_runs_replicas() {
+    const REPLICAS: usize = 3;
+    let budget: u64 = 1024 * 1024;
+    // What a replica leases of an owner's day at a time: a thirty-second of the budget, 64 KiB
+    // to 8 MiB (services/runs/src/budget.rs); 64 KiB here.
+    let lease = (budget / 32).clamp(64 * 1024, 8 * 1024 * 1024).min(budget);
+    let fleet = Fleet::start(
+        REPLICAS,
+        &[("SB_RUNS_OWNER_BYTES_PER_DAY", &budget.to_string())],
+    )
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let replicas: Vec<String> = (0..REPLICAS)
+        .map(|replica| fleet.replica_url("runs", replica).unwrap())
+        .collect();
+    let alice = fleet.infra.token("alice");
+    let bob = fleet.infra.token("bob");
+
+    // Alice's runs go round-robin to each replica's own port (so which replica took each run is
+    // known), until one refuses; then on to the replicas that have not refused yet, each spending
+    // what it still holds leased, until every one has refused.
+    let mut accepted: Vec<(usize, String)> = Vec::new();
+    let mut accepted_before_first_refusal = None;
+    let mut refused = [false; REPLICAS];
+    let mut posted = 0;
+    while refused.contains(&false) {
+        let replica = posted % REPLICAS;
+        posted += 1;
+        assert!(
+            posted < 400,
+            "the budget of {budget} bytes was never spent: {} runs of ~20 KiB accepted",
+            accepted.len()
+        );
+        if refused[replica] {
+            continue;
+        }
+        let answer = post(&http, &replicas[replica], &alice, &big_run(posted)).await;
+        match answer.0 {
+            202 => {
+                let task = answer.2["taskId"].as_str().expect("a task id").to_owned();
+                accepted.push((replica, task));
+            }
+            403 => {
+                assert_refused_for_the_day(&format!("runs replica {replica}"), budget, &answer);
+                accepted_before_first_refusal.get_or_insert(accepted.len());
+                refused[replica] = true;
+            }
+            other => panic!("run {posted} on replica {replica}: {other} {}", answer.2),
+        }
+    }
+    let first_refusal = accepted_before_first_refusal.expect("a refusal ended the loop");
+
+    // The bytes the budget charged: each accepted run's task as the RUNS stream holds it.
+    let sizes = stored_task_bytes(&fleet).await;
+    let charged = |task: &String| {
+        *sizes
+            .get(task)
+            .unwrap_or_else(|| panic!("accepted task {task} is not in the RUNS stream"))
+    };
+    let mut per_replica = [0u64; REPLICAS];
+    for (replica, task) in &accepted {
+        per_replica[*replica] += charged(task);
+    }
+    let total: u64 = per_replica.iter().sum();
+    let at_first_refusal: u64 = accepted[..first_refusal]
+        .iter()
+        .map(|(_, task)| charged(task))
+        .sum();
+    let largest = accepted
+        .iter()
+        .map(|(_, task)| charged(task))
+        .max()
+        .unwrap();
+    let report = format!(
+        "budget {budget}, lease {lease}, {} runs accepted ({first_refusal} before the first \
+         refusal, {at_first_refusal} bytes), bytes per replica {per_replica:?}, total {total}, \
+         largest run {largest}",
+        accepted.len()
+    );
+    println!("{report}");
+    // Never more than the budget, fleet-wide.
+    assert!(total <= budget, "over budget: {report}");
+    // Every replica took some of it (the runs did reach three different replicas).
+    assert!(per_replica.iter().all(|&bytes| bytes > 0), "{report}");
+    // At the first refusal the day is all leased (the refusing replica got the rest and it was
+    // less than the run); unspent is what the replicas hold, less than a lease each.
+    assert!(
+        at_first_refusal + REPLICAS as u64 * lease > budget,
+        "less than the budget minus a lease per replica at the first refusal: {report}"
+    );
+    // Once every replica has refused, each holds less than the run it refused: one of these
+    // runs, give or take the 0 to 9 digits of a second's fraction in its acceptance time.
+    assert!(
+        total + REPLICAS as u64 * (largest + 16) > budget,
+        "less than the budget minus a run per replica once every replica refused: {report}"
+    );
+
+    // Spent: every replica refuses Alice again, and so does the gateway; Bob is accepted on
+    // every replica and through the gateway, and his runs complete.
+    let gateway = fleet.gateway.url.clone();
+    let mut bobs = Vec::new();
+    for (index, runs) in replicas.iter().chain([&gateway]).enumerate() {
+        let answer = post(&http, runs, &alice, &big_run(1000 + index)).await;
+        assert_refused_for_the_day(&format!("spent, {runs}"), budget, &answer);
+        let run = big_run(2000 + index);
+        let (status, _, body) = post(&http, runs, &bob, &run).await;
+        assert_eq!(status, 202, "bob on {runs}: {body}");
+        bobs.push(run["runId"].as_str().unwrap().to_owned());
+    }
+    for run in bobs {
+        let response = http
+            .get(format!("{gateway}/api/v1/agent/runs/{run}/events"))
+            .bearer_auth(&bob)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "events of bob's {run}");
+        let events = read_sse(response, None).await.unwrap();
+        assert_eq!(
+            events.last().map(|event| &event.data["type"]),
+            Some(&json!("RUN_FINISHED")),
+            "bob's {run}: {:?}",
+            events.iter().map(|e| &e.data["type"]).collect::<Vec<_>>()
+        );
     }
 }

@@ -1689,6 +1689,7 @@ async fn a_signed_url_or_upload_form_past_its_expiry_is_refused_by_s3_and_cannot
         sweep_every: Duration::from_secs(1),
         cors_allowed_origins: Vec::new(),
         quota: attachments::quota::QuotaConfig::default(),
+        limits: attachments::Limits::default(),
     })
     .await
     .unwrap();

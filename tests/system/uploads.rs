@@ -855,6 +855,7 @@ async fn every_download_is_served_with_nosniff_and_only_safe_types_inline() {
         sweep_every: Duration::from_secs(1),
         cors_allowed_origins: Vec::new(),
         quota: attachments::quota::QuotaConfig::default(),
+        limits: attachments::Limits::default(),
     })
     .await
     .unwrap();

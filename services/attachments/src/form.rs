@@ -7,7 +7,8 @@
 //! [`Envelope`], which follows the framing exactly as multer does (the first `--boundary`, then
 //! for each part `--` for the end, or transport padding, CRLF, header lines up to CRLF CRLF,
 //! data up to CRLF `--boundary`), and refuses the request once any stretch that is not part data
-//! (the preamble, or one part's header section) passes [`MAX_PART_HEADER_BYTES`]. Part data is
+//! (the preamble, or one part's header section) passes its limit
+//! (`SB_ATTACHMENTS_MAX_PART_HEADER_BYTES`, [`DEFAULT_PART_HEADER_BYTES`] unset). Part data is
 //! bounded where it is read: the file by the size limit, text fields by their own. The refusal
 //! (413, [`FramingTooLong`]) comes while the client is still sending: the handler answers and
 //! the connection is closed without reading the rest of the body.
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::body::Body;
 use axum::extract::multipart::{Field, MultipartError};
-use axum::extract::{FromRequest, Multipart, Request};
+use axum::extract::{FromRef, FromRequest, Multipart, Request};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
@@ -25,15 +26,16 @@ use platform::http::ErrorResponse;
 use protocol::ErrorCode;
 
 /// Most bytes of one part's header section (from the boundary line to the blank line that ends
-/// the headers), and of the preamble before the first boundary.
-pub(crate) const MAX_PART_HEADER_BYTES: usize = 16 * 1024;
+/// the headers), and of the preamble before the first boundary, by default
+/// (`SB_ATTACHMENTS_MAX_PART_HEADER_BYTES`, [`crate::Limits`]).
+pub(crate) const DEFAULT_PART_HEADER_BYTES: usize = 16 * 1024;
 
-/// A stretch of multipart framing longer than [`MAX_PART_HEADER_BYTES`].
+/// A stretch of multipart framing longer than the limit it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a multipart part's headers (or the preamble before the first part) are longer than {MAX_PART_HEADER_BYTES} bytes"
+    "a multipart part's headers (or the preamble before the first part) are longer than {0} bytes"
 )]
-pub(crate) struct FramingTooLong;
+pub(crate) struct FramingTooLong(pub(crate) usize);
 
 /// A substring matcher fed one byte at a time (Knuth-Morris-Pratt), so that a needle split
 /// across chunks is found and nothing is buffered.
@@ -160,7 +162,7 @@ impl Envelope {
                 stage => {
                     self.framing += 1;
                     if self.framing > self.limit {
-                        return Err(FramingTooLong);
+                        return Err(FramingTooLong(self.limit));
                     }
                     self.stage = self.after(stage, byte);
                 }
@@ -215,8 +217,10 @@ fn boundary(content_type: &str) -> Option<String> {
 }
 
 /// What the body's reader and the handler share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
+    /// The most bytes of a stretch of framing.
+    limit: usize,
     /// The framing was too long: the form's read error is [`FramingTooLong`].
     refused: AtomicBool,
     /// The handler reads no part after the current one: its data is not followed.
@@ -246,7 +250,7 @@ impl FormErrors {
     /// What `err`, from reading the form, means.
     pub(crate) fn of(&self, err: &MultipartError) -> FormError {
         if self.0.refused.load(Ordering::Acquire) {
-            FormError::TooLong(FramingTooLong)
+            FormError::TooLong(FramingTooLong(self.0.limit))
         } else {
             FormError::Malformed(err.body_text())
         }
@@ -287,7 +291,11 @@ impl BoundedForm {
             )
             .into_response());
         };
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            limit,
+            refused: AtomicBool::new(false),
+            last_part: AtomicBool::new(false),
+        });
         let (parts, body) = request.into_parts();
         let mut envelope = Envelope::new(&boundary, limit);
         let reader = Arc::clone(&shared);
@@ -309,11 +317,20 @@ impl BoundedForm {
     }
 }
 
-impl<S: Send + Sync> FromRequest<S> for BoundedForm {
+/// The limit of a [`BoundedForm`]'s stretches of framing, from the service's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PartHeaderLimit(pub(crate) usize);
+
+impl<S> FromRequest<S> for BoundedForm
+where
+    S: Send + Sync,
+    PartHeaderLimit: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request(request: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        Self::bounded(request, MAX_PART_HEADER_BYTES).await
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let PartHeaderLimit(limit) = PartHeaderLimit::from_ref(state);
+        Self::bounded(request, limit).await
     }
 }
 
@@ -366,7 +383,11 @@ mod tests {
         let preamble = "p".repeat(300) + "--B-o-u-n-d\r\n\r\n";
         for chunk in [1, 5, 64, 4096] {
             for body in [long.as_bytes(), preamble.as_bytes()] {
-                assert_eq!(follow(body, chunk, 200).0, Err(FramingTooLong), "{chunk}");
+                assert_eq!(
+                    follow(body, chunk, 200).0,
+                    Err(FramingTooLong(200)),
+                    "{chunk}"
+                );
             }
         }
         // Just within the limit: the boundary line, the header and the blank line.
@@ -374,7 +395,7 @@ mod tests {
         let fits = format!("--B-o-u-n-d\r\n{header}\r\n\r\ndata\r\n--B-o-u-n-d--");
         assert_eq!(follow(fits.as_bytes(), 3, 200), (Ok(()), Stage::Done));
         let over = format!("--B-o-u-n-d\r\n{header}a\r\n\r\ndata");
-        assert_eq!(follow(over.as_bytes(), 3, 200).0, Err(FramingTooLong));
+        assert_eq!(follow(over.as_bytes(), 3, 200).0, Err(FramingTooLong(200)));
     }
 
     #[test]
@@ -394,7 +415,44 @@ mod tests {
         // A part without the CRLF after its boundary line: multer fails it; meanwhile its
         // bytes count.
         let body = format!("--B-o-u-n-d{}", "x".repeat(300));
-        assert_eq!(follow(body.as_bytes(), 16, 200).0, Err(FramingTooLong));
+        assert_eq!(follow(body.as_bytes(), 16, 200).0, Err(FramingTooLong(200)));
+    }
+
+    /// A request of the form [`form`] makes, after a preamble of `preamble` bytes.
+    fn request_after_preamble(preamble: usize) -> Request {
+        let mut body = vec![b'p'; preamble];
+        body.extend(form("B-o-u-n-d"));
+        axum::http::Request::builder()
+            .header("content-type", "multipart/form-data; boundary=B-o-u-n-d")
+            .body(Body::from(body))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_extractor_bounds_the_framing_by_the_limit_of_the_state() {
+        let mut form =
+            BoundedForm::from_request(request_after_preamble(1500), &PartHeaderLimit(1024))
+                .await
+                .unwrap_or_else(|_| panic!("a multipart request"));
+        let refused = form.next_field().await.map(|field| field.is_some());
+        assert!(
+            matches!(refused, Err(FormError::TooLong(FramingTooLong(1024)))),
+            "{refused:?}"
+        );
+        let mut form =
+            BoundedForm::from_request(request_after_preamble(1500), &PartHeaderLimit(2048))
+                .await
+                .unwrap_or_else(|_| panic!("a multipart request"));
+        let field = form.next_field().await.unwrap().expect("the first part");
+        assert_eq!(field.name(), Some("session_id"));
+    }
+
+    #[test]
+    fn the_refusal_names_the_limit() {
+        assert_eq!(
+            FramingTooLong(4096).to_string(),
+            "a multipart part's headers (or the preamble before the first part) are longer than 4096 bytes"
+        );
     }
 
     #[test]

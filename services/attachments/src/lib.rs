@@ -6,6 +6,7 @@
 mod download;
 mod file_name;
 mod form;
+pub mod limits;
 pub mod policy;
 pub mod quota;
 mod resolve;
@@ -15,6 +16,7 @@ mod store;
 mod upload_url;
 mod verify;
 
+pub use limits::Limits;
 pub use upload_url::UploadUrlWork;
 
 use std::net::SocketAddr;
@@ -75,6 +77,9 @@ pub struct Config {
     pub cors_allowed_origins: Vec<String>,
     /// Per-owner upload rate, unfinished uploads and storage quotas.
     pub quota: quota::QuotaConfig,
+    /// The `download-url` rate and the multipart framing cap
+    /// (`SB_ATTACHMENTS_DOWNLOAD_RATE_*`, `SB_ATTACHMENTS_MAX_PART_HEADER_BYTES`).
+    pub limits: Limits,
 }
 
 impl Config {
@@ -127,6 +132,7 @@ impl Config {
                     reason,
                 })?
                 .unwrap_or_default(),
+            limits: Limits::from_env(env)?,
         })
     }
 }
@@ -234,6 +240,8 @@ pub(crate) struct AppState {
     pub(crate) upload_ttl: Duration,
     pub(crate) download_ttl: Duration,
     pub(crate) quota: Arc<quota::Quota>,
+    /// How long the framing of a server upload's form may be (`SB_ATTACHMENTS_MAX_PART_HEADER_BYTES`).
+    pub(crate) part_header_limit: form::PartHeaderLimit,
     /// Verifies pending files, each once at a time (shared with the resolver and the sweeper).
     pub(crate) verifier: Arc<verify::Verifier>,
 }
@@ -241,6 +249,12 @@ pub(crate) struct AppState {
 impl FromRef<AppState> for Arc<Authenticator> {
     fn from_ref(state: &AppState) -> Self {
         Arc::clone(&state.auth)
+    }
+}
+
+impl FromRef<AppState> for form::PartHeaderLimit {
+    fn from_ref(state: &AppState) -> Self {
+        state.part_header_limit
     }
 }
 
@@ -280,6 +294,7 @@ impl platform::service::Service for Application {
 
     /// Migrates the schema, makes sure the bucket exists, binds the listener.
     async fn build(config: Config) -> anyhow::Result<Self> {
+        let limits = config.limits;
         let auth = Arc::new(Authenticator::new(&config.auth)?);
         let pool = connect_pool(&config).await?;
         let s3 = platform::s3::client(&config.s3);
@@ -315,7 +330,7 @@ impl platform::service::Service for Application {
             public_endpoint,
             download_base,
         });
-        let quota = Arc::new(quota::Quota::new(config.quota.clone()));
+        let quota = Arc::new(quota::Quota::new(config.quota.clone(), &limits));
         let verifier = verify::Verifier::new(s3.clone(), pool.clone());
         let resolver = resolve::Resolver {
             pool: pool.clone(),
@@ -341,6 +356,7 @@ impl platform::service::Service for Application {
             upload_ttl: config.upload_ttl,
             download_ttl: config.download_ttl,
             quota,
+            part_header_limit: form::PartHeaderLimit(limits.max_part_header_bytes),
             verifier,
         };
         let mut router = routes::router(state).merge(platform::http::health_routes(probes));
@@ -378,6 +394,48 @@ impl platform::service::Service for Application {
 #[cfg(test)]
 mod tests {
     use super::{default_public_url, parse_origins, parse_public_url};
+    use platform::config::{ConfigError, Env};
+    use platform::service::Service as _;
+
+    /// The least environment the service reads, and `extra`.
+    fn env(extra: &[(&'static str, &'static str)]) -> Env {
+        let base = [
+            ("SB_JWT_ALG", "HS256"),
+            (
+                "SB_JWT_SECRET",
+                "a-secret-of-at-least-thirty-two-bytes-0123",
+            ),
+            ("SB_ATTACHMENTS_DATABASE_URL", "postgres://localhost/x"),
+            ("SB_S3_BUCKET", "files"),
+            ("SB_S3_ACCESS_KEY", "key"),
+            ("SB_S3_SECRET_KEY", "secret"),
+        ];
+        Env::from_pairs(base.iter().chain(extra).copied())
+    }
+
+    #[test]
+    fn the_service_reads_its_limits_with_its_config() {
+        let settings = super::Application::config(&env(&[
+            ("SB_ATTACHMENTS_DOWNLOAD_RATE_PER_MINUTE", "30"),
+            ("SB_ATTACHMENTS_DOWNLOAD_RATE_BURST", "5"),
+            ("SB_ATTACHMENTS_MAX_PART_HEADER_BYTES", "4096"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            settings.limits,
+            super::Limits {
+                downloads_per_minute: 30,
+                downloads_burst: 5,
+                max_part_header_bytes: 4096,
+            }
+        );
+        let refused =
+            super::Application::config(&env(&[("SB_ATTACHMENTS_MAX_PART_HEADER_BYTES", "100")]));
+        assert!(
+            matches!(&refused, Err(ConfigError::Invalid { name, .. }) if name == "SB_ATTACHMENTS_MAX_PART_HEADER_BYTES"),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn cors_origins_are_exact_http_origins() {

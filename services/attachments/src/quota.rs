@@ -11,11 +11,13 @@ use sqlx::PgPool;
 
 use crate::store;
 
-/// `download-url` calls per owner per minute, per replica (fixed; a link lives for the download
+/// `download-url` calls per owner per minute, per replica, by default
+/// (`SB_ATTACHMENTS_DOWNLOAD_RATE_PER_MINUTE`, [`crate::Limits`]; a link lives for the download
 /// TTL, so a client needs few).
-pub(crate) const DOWNLOADS_PER_MINUTE: u32 = 120;
-/// Burst of the same: a page opening many files at once.
-pub(crate) const DOWNLOADS_BURST: u32 = 60;
+pub const DOWNLOADS_PER_MINUTE: u32 = 120;
+/// Burst of the same by default (`SB_ATTACHMENTS_DOWNLOAD_RATE_BURST`): a page opening many
+/// files at once.
+pub const DOWNLOADS_BURST: u32 = 60;
 
 /// The limits (`SB_ATTACHMENTS_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,10 +54,17 @@ pub(crate) enum QuotaError {
     RateLimited(Duration),
     /// Too many download links asked for in a short time (429, `Retry-After`), naming the budget.
     #[error(
-        "too many download-url requests (at most {DOWNLOADS_PER_MINUTE} a minute per owner, bursts of {DOWNLOADS_BURST}); retry in {} s",
-        .0.as_secs().max(1)
+        "too many download-url requests (at most {per_minute} a minute per owner, bursts of {burst}); retry in {} s",
+        .wait.as_secs().max(1)
     )]
-    DownloadRateLimited(Duration),
+    DownloadRateLimited {
+        /// Until the next link may be asked for.
+        wait: Duration,
+        /// The rate (`SB_ATTACHMENTS_DOWNLOAD_RATE_PER_MINUTE`).
+        per_minute: u32,
+        /// The burst (`SB_ATTACHMENTS_DOWNLOAD_RATE_BURST`).
+        burst: u32,
+    },
     /// Too many unfinished uploads (429).
     #[error("{0} uploads are still waiting for their bytes; finish or let them expire first")]
     TooManyPending(i64),
@@ -64,18 +73,22 @@ pub(crate) enum QuotaError {
     Full(String),
 }
 
-/// Enforces [`QuotaConfig`].
+/// Enforces [`QuotaConfig`], and the `download-url` rate of [`crate::Limits`].
 pub(crate) struct Quota {
     config: QuotaConfig,
     rate: PerOwnerLimit,
     downloads: PerOwnerLimit,
+    /// The `download-url` rate per minute and burst, as its refusal names them.
+    download_rate: (u32, u32),
 }
 
 impl Quota {
-    pub(crate) fn new(config: QuotaConfig) -> Self {
+    /// Enforces `config`, and `limits`' `download-url` rate.
+    pub(crate) fn new(config: QuotaConfig, limits: &crate::Limits) -> Self {
         Self {
             rate: PerOwnerLimit::new(config.uploads_per_minute, config.uploads_burst),
-            downloads: PerOwnerLimit::new(DOWNLOADS_PER_MINUTE, DOWNLOADS_BURST),
+            downloads: PerOwnerLimit::new(limits.downloads_per_minute, limits.downloads_burst),
+            download_rate: (limits.downloads_per_minute, limits.downloads_burst),
             config,
         }
     }
@@ -87,9 +100,14 @@ impl Quota {
 
     /// May `owner` ask for one more download link now?
     pub(crate) fn download(&self, owner: &str) -> Result<(), QuotaError> {
+        let (per_minute, burst) = self.download_rate;
         self.downloads
             .check(owner)
-            .map_err(QuotaError::DownloadRateLimited)
+            .map_err(|wait| QuotaError::DownloadRateLimited {
+                wait,
+                per_minute,
+                burst,
+            })
     }
 
     /// Is there room for one more file of `owner` of `size` bytes (`None`: not known yet)?
@@ -139,13 +157,16 @@ mod tests {
     use super::*;
 
     fn quota() -> Quota {
-        Quota::new(QuotaConfig {
-            uploads_per_minute: 60,
-            uploads_burst: 5,
-            max_pending: 2,
-            max_files: 3,
-            max_bytes: 100,
-        })
+        Quota::new(
+            QuotaConfig {
+                uploads_per_minute: 60,
+                uploads_burst: 5,
+                max_pending: 2,
+                max_files: 3,
+                max_bytes: 100,
+            },
+            &crate::Limits::default(),
+        )
     }
 
     fn usage(files: i64, bytes: i64, pending: i64) -> store::Usage {
@@ -171,5 +192,36 @@ mod tests {
             matches!(q.judge(&usage(1, 60, 0), Some(41)), Err(QuotaError::Full(m)) if m.contains("100 bytes"))
         );
         assert_eq!(q.judge(&usage(1, 60, 0), None), Ok(()));
+    }
+
+    #[test]
+    fn the_download_rate_is_the_configured_one_and_its_refusal_names_it() {
+        let limits = crate::Limits {
+            downloads_per_minute: 1,
+            downloads_burst: 2,
+            ..crate::Limits::default()
+        };
+        let q = Quota::new(QuotaConfig::default(), &limits);
+        assert_eq!(q.download("alice"), Ok(()));
+        assert_eq!(q.download("alice"), Ok(()));
+        let refused = q.download("alice").unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                QuotaError::DownloadRateLimited {
+                    per_minute: 1,
+                    burst: 2,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(
+            refused.to_string().starts_with(
+                "too many download-url requests (at most 1 a minute per owner, bursts of 2); retry in "
+            ),
+            "{refused}"
+        );
+        assert_eq!(q.download("bob"), Ok(()), "another owner has their own");
     }
 }

@@ -74,8 +74,8 @@ pub(crate) enum ApiError {
     /// 413: the file is over [`MAX_FILE_BYTES`].
     #[error("file exceeds the 100 MB limit")]
     TooLarge,
-    /// 413: a part's headers in a multipart form, or its preamble, are over
-    /// [`crate::form::MAX_PART_HEADER_BYTES`].
+    /// 413: a part's headers in a multipart form, or its preamble, are over the limit
+    /// (`SB_ATTACHMENTS_MAX_PART_HEADER_BYTES`, [`crate::Limits`]).
     #[error(transparent)]
     FramingTooLong(#[from] FramingTooLong),
     /// 409 (with `Retry-After`): the file's bytes are being verified by another replica, which
@@ -163,7 +163,7 @@ impl IntoResponse for ApiError {
                 conflict("content_url").retry_after(std::time::Duration::from_secs(1))
             }
             ApiError::Quota(
-                QuotaError::RateLimited(wait) | QuotaError::DownloadRateLimited(wait),
+                QuotaError::RateLimited(wait) | QuotaError::DownloadRateLimited { wait, .. },
             ) => ErrorResponse::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::RateLimited,
@@ -452,7 +452,7 @@ mod tests {
                 Some("file"),
             ),
             (
-                ApiError::FramingTooLong(FramingTooLong),
+                ApiError::FramingTooLong(FramingTooLong(16 * 1024)),
                 413,
                 ErrorCode::PayloadTooLarge,
                 Some("file"),
@@ -505,8 +505,11 @@ mod tests {
             Some("3"),
             "rounded up to whole seconds"
         );
-        let downloads =
-            ApiError::Quota(QuotaError::DownloadRateLimited(Duration::from_millis(400)));
+        let downloads = ApiError::Quota(QuotaError::DownloadRateLimited {
+            wait: Duration::from_millis(400),
+            per_minute: crate::quota::DOWNLOADS_PER_MINUTE,
+            burst: crate::quota::DOWNLOADS_BURST,
+        });
         let (status, retry_after, envelope) = answer(downloads).await;
         assert_eq!(
             (status, retry_after.as_deref()),

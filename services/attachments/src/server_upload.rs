@@ -453,7 +453,7 @@ mod tests {
             .unwrap();
         futures::executor::block_on(BoundedForm::bounded(
             request,
-            crate::form::MAX_PART_HEADER_BYTES,
+            crate::form::DEFAULT_PART_HEADER_BYTES,
         ))
         .unwrap_or_else(|_| panic!("a multipart request"))
     }

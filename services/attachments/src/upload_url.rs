@@ -231,7 +231,8 @@ impl UploadUrlWork {
     pub async fn connect(config: &crate::Config) -> anyhow::Result<Self> {
         Ok(Self {
             pool: crate::connect_pool(config).await?,
-            quota: Quota::new(config.quota.clone()),
+            // The download rate plays no part in this work.
+            quota: Quota::new(config.quota.clone(), &crate::Limits::default()),
             bucket: config.s3.bucket.clone(),
             upload_ttl: config.upload_ttl,
         })
