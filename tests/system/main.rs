@@ -34,3 +34,4 @@ mod threads;
 mod uploads;
 mod web;
 mod websocket;
+mod ws_rejoin;

@@ -403,8 +403,13 @@ async fn a_prompt_times_out_for_the_agent_and_the_client_and_a_late_answer_is_re
             &json!("workflow_error"),
             &json!("This prompt is no longer available."),
             &json!("TimeoutError"),
-            &prompt["id"]
+            &json!("q1")
         )
+    );
+    // The error names the prompt by its id; its parent is the user message, like the reply's.
+    assert_eq!(
+        error["id"],
+        json!(format!("{}-timeout", prompt["id"].as_str().unwrap()))
     );
     assert_eq!(
         response_text(&after),

@@ -109,7 +109,8 @@ impl Prompt {
     /// Checks an answer and normalises it: the text for a text prompt, the chosen option's
     /// `value` for single-choice prompts, the list of values for a checkbox. An option may be
     /// named by id, value or label; a checkbox answer is a JSON array or a comma-separated
-    /// list.
+    /// list. A prompt with `required: false` may be skipped with an empty answer (or `null`):
+    /// `""` for text, `null` for a single choice, `[]` for a checkbox.
     pub fn check_answer(&self, answer: &Value) -> Result<Value, String> {
         let find = |wanted: &str| {
             let wanted = wanted.trim();
@@ -122,6 +123,20 @@ impl Prompt {
                     format!("answer must be one of: {}", values.join(", "))
                 })
         };
+        // A prompt that is not required may be skipped: no answer (an empty one, or null).
+        let skipped = match answer {
+            Value::Null => true,
+            Value::String(text) => text.trim().is_empty(),
+            Value::Array(items) => items.is_empty(),
+            _ => false,
+        };
+        if skipped && !self.required {
+            return Ok(match self.input_type {
+                InputType::Text => Value::String(String::new()),
+                InputType::Checkbox => Value::Array(Vec::new()),
+                _ => Value::Null,
+            });
+        }
         match self.input_type {
             InputType::Text => {
                 let text = answer.as_str().ok_or("answer must be text")?;
@@ -305,6 +320,33 @@ pub struct ThreadPrompt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prompt_that_is_not_required_may_be_skipped_and_one_that_is_may_not() {
+        for (input_type, skipped) in [
+            ("text", json!("")),
+            ("binary_choice", Value::Null),
+            ("radio", Value::Null),
+            ("dropdown", Value::Null),
+            ("checkbox", json!([])),
+        ] {
+            let mut prompt = radio();
+            prompt.input_type = serde_json::from_value(json!(input_type)).unwrap();
+            prompt.required = false;
+            for empty in [json!(""), json!("  "), Value::Null, json!([])] {
+                assert_eq!(
+                    prompt.check_answer(&empty),
+                    Ok(skipped.clone()),
+                    "{input_type} {empty}"
+                );
+            }
+            prompt.required = true;
+            assert!(
+                prompt.check_answer(&json!("")).is_err(),
+                "{input_type}: required"
+            );
+        }
+    }
 
     fn radio() -> Prompt {
         serde_json::from_value(json!({

@@ -359,6 +359,11 @@ pub struct Resumed {
     pub prompt: crate::interaction::Prompt,
     /// The answer, or why there is none.
     pub outcome: crate::interaction::PromptOutcome,
+    /// The user message the asking run answered (the prompt's `parent_id`): the run that
+    /// continues answers it too, so a WebSocket client sees one reply under one `parent_id`,
+    /// and a prompt it asks again names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 /// Request on [`Names::history_progress_subject`]: how far has history written this run's

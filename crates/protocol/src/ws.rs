@@ -177,6 +177,11 @@ impl WsMapper {
         }
     }
 
+    /// The user message this run answers (every message's `parent_id`).
+    pub fn parent_id(&self) -> &str {
+        &self.parent_id
+    }
+
     /// The same mapper for a client of `dialect`: the toolkit's gets the end of the response
     /// after a failed run's `error_message`, as the toolkit's own server sends it. (Statuses
     /// are the writer's: [`WsMessage::to_json`].)
@@ -360,10 +365,12 @@ impl WsMapper {
             .get("error")
             .and_then(Value::as_str)
             .unwrap_or(crate::interaction::DEFAULT_PROMPT_ERROR);
+        // Under the user message the prompt was about, like the rest of the reply (the seed:
+        // "id from user message"); the message's own id names the prompt.
         let mut m = WsError::new(WsErrorCode::WorkflowError, error, "TimeoutError").to_message(
             format!("{prompt_id}-timeout"),
             Some(&self.conversation_id),
-            Some(prompt_id),
+            Some(&self.parent_id),
             at,
         );
         m.status = Some(WsStatus::Failed);

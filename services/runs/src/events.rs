@@ -160,6 +160,17 @@ impl EventHub {
         }
     }
 
+    /// The first event of `task_id` the log holds (its `RUN_STARTED`), if any.
+    pub(crate) async fn first_event(&self, task_id: Uuid) -> anyhow::Result<Option<RunEventV1>> {
+        LogReader {
+            log: self.log.clone(),
+            subject: self.names.run_event_subject(task_id),
+            stream_seq: 0,
+        }
+        .next()
+        .await
+    }
+
     /// The last event of `task_id` the log holds, if any.
     pub(crate) async fn last_event(&self, task_id: Uuid) -> anyhow::Result<Option<RunEventV1>> {
         LogReader {

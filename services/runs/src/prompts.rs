@@ -60,6 +60,7 @@ pub(crate) async fn answer(
             prompt_id: prompt_id.to_owned(),
             prompt: record.prompt.clone(),
             outcome,
+            parent_id: Some(record.parent_id.clone()),
         };
         match record.status {
             PromptStatus::Pending => {}
@@ -115,6 +116,20 @@ pub(crate) async fn answer(
         }
         // Someone else closed or changed it meanwhile: look again.
     }
+}
+
+/// The prompt `prompt_id` if it is `owner`'s, whatever its status.
+pub(crate) async fn record(
+    buckets: &RunBuckets,
+    owner: &str,
+    prompt_id: &str,
+) -> anyhow::Result<Option<PromptRecord>> {
+    Ok(buckets
+        .prompts
+        .get::<PromptRecord>(&prompt_key(prompt_id))
+        .await?
+        .map(|(record, _)| record)
+        .filter(|r| r.owner == owner && r.prompt_id == prompt_id))
 }
 
 /// The prompt `prompt_id` if it is `owner`'s and still pending (for a reconnecting client).

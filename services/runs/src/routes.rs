@@ -44,6 +44,8 @@ const MAX_PATH_ID_CHARS: usize = 128;
 pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/api/v1/agent/runs", post(create_run))
+        // The chat-messages document's path for the same contract.
+        .route("/api/v1/agent/run", post(create_run))
         .route("/api/v1/agent/runs/{run_id}", get(run_status))
         .route("/api/v1/agent/runs/{run_id}/cancel", post(cancel_run))
         .route("/api/v1/agent/runs/{run_id}/events", get(run_events))

@@ -390,6 +390,18 @@ impl Threads {
         if let Some(task_id) = self.buckets.active_run(owner, thread_id).await? {
             return Ok(Some(Open::Active(task_id)));
         }
+        Ok(self
+            .pending_prompt(owner, thread_id)
+            .await?
+            .map(|prompt| Open::Prompt(prompt.task_id)))
+    }
+
+    /// The last prompt asked on the thread, if it still waits for an answer.
+    pub(crate) async fn pending_prompt(
+        &self,
+        owner: &str,
+        thread_id: &str,
+    ) -> anyhow::Result<Option<PromptRecord>> {
         let Some((pointer, _)) = self
             .buckets
             .prompts
@@ -403,14 +415,12 @@ impl Threads {
             .prompts
             .get::<PromptRecord>(&prompt_key(&pointer.prompt_id))
             .await?;
-        Ok(record
-            .filter(|(r, _)| {
-                r.owner == owner
-                    && r.thread_id == thread_id
-                    && r.status == PromptStatus::Pending
-                    && !r.expired(Utc::now())
-            })
-            .map(|_| Open::Prompt(pointer.task_id)))
+        Ok(record.map(|(record, _)| record).filter(|r| {
+            r.owner == owner
+                && r.thread_id == thread_id
+                && r.status == PromptStatus::Pending
+                && !r.expired(Utc::now())
+        }))
     }
 
     /// The thread's messages in AG-UI form, up to `open` (its own and later runs' left out),

@@ -3,10 +3,16 @@
 //! HTTP routes.
 //!
 //! Authentication: `Authorization: Bearer <token>`, or, for browsers (which cannot set headers
-//! on a WebSocket), the subprotocols `bearer, <token>` (the server selects `bearer`). Every
-//! server message id is `<runId>:<seq>` of the event it comes from (a prompt's id is the prompt
-//! id), so a client that reconnects with `?last_message_id=<id>` gets exactly what it missed,
-//! then the rest live, and a prompt still pending with the time it has left.
+//! on a WebSocket), the subprotocols `bearer, <token>` (the server selects `bearer`), or, for a
+//! client that can do neither, the seed's `security.token` (or `api_key`) in its first message,
+//! sent within 10 s; without a valid one the socket gets an `error_message` and is closed
+//! unserved. Every server message id is `<runId>:<seq>` of the event it comes from (a prompt's
+//! id is the prompt id), so a client that reconnects with `?last_message_id=<id>` gets exactly
+//! what it missed, then the rest live, and a prompt still pending with the time it has left; a
+//! prompt's id there shows the prompt again while it waits, then the run that continues it.
+//! `?conversation_id=<id>` (the NeMo UI's reconnect) shows the conversation's waiting prompt
+//! again, or its active run from the start. A run continued after an answer or a timeout keeps
+//! the original user message's id as every message's `parent_id`.
 //!
 //! Two dialects, per connection: a client whose latest `user_message` names one of the NeMo
 //! Agent Toolkit's schema types (its UI sends `chat_stream`) gets the toolkit's wire values
@@ -42,8 +48,10 @@ use tracing::Instrument;
 
 use crate::AppState;
 use crate::events::FollowError;
+use crate::limit::StreamPermit;
 use crate::prompts::{self, PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
+use crate::thread::Open;
 
 /// Server messages queued per connection before the slowest reader holds its runs back.
 const OUTBOX: usize = 1024;
@@ -86,41 +94,57 @@ pub(crate) async fn websocket(
     let header_token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let owner = match (header_token, protocols.as_slice()) {
-        (Some(value), _) => state.auth.verify_header(Some(value)),
-        (None, [bearer, token, ..]) if bearer == "bearer" => state.auth.verify(token),
-        (None, _) => state.auth.verify_header(None),
+    let verified = match (header_token, protocols.as_slice()) {
+        (Some(value), _) => Some(state.auth.verify_header(Some(value))),
+        (None, [bearer, token, ..]) if bearer == "bearer" => Some(state.auth.verify(token)),
+        // A client that cannot set headers: its first message's `security.token` (or
+        // `api_key`) decides, within FIRST_MESSAGE.
+        (None, _) => None,
     };
-    let owner = match owner {
-        Ok(owner) => owner,
-        Err(_) => {
+    let owner = match verified {
+        None => None,
+        Some(Ok(owner)) => Some(owner),
+        Some(Err(_)) => {
             return ErrorResponse::new(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::Unauthorized,
-                "a valid bearer token is required (Authorization header or the subprotocols bearer, <token>)",
+                "a valid bearer token is required (Authorization header, the subprotocols bearer, <token>, or security.token in the first message)",
             )
             .with_header(header::WWW_AUTHENTICATE, "Bearer")
             .into_response();
         }
     };
-    let resume_from = match query.last_message_id.as_deref().map(parse_message_id) {
-        None => None,
-        Some(Some(at)) => Some(at),
-        Some(None) => return bad_cursor(),
+    let rejoin = match (query.last_message_id.as_deref(), &query.conversation_id) {
+        (Some(raw), _) => match parse_message_id(raw) {
+            Some((run_id, seq)) => Some(Rejoin::Run(run_id, seq)),
+            None if !raw.is_empty() && raw.chars().count() <= MAX_PROMPT_ID_CHARS => {
+                Some(Rejoin::Prompt(raw.to_owned()))
+            }
+            None => return bad_cursor(),
+        },
+        (None, Some(conversation)) => Some(Rejoin::Conversation(conversation.clone())),
+        (None, None) => None,
     };
-    // A reconnect looks its run up, like a status request: the same per-owner budget.
-    if resume_from.is_some()
-        && let Err(refused) = state.lookups.check(owner.as_str())
-    {
-        return crate::routes::ApiError::from(refused).into_response();
-    }
-    let Some(permit) = state.streams.acquire(owner.as_str(), "websocket") else {
-        return ErrorResponse::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::RateLimited,
-            "too many open event streams and WebSockets; close one first",
-        )
-        .into_response();
+    // Known owner: refusals are the upgrade's answer. Otherwise they come as the socket's
+    // first error message, once the first message has authenticated it.
+    let permit = match &owner {
+        Some(owner) => {
+            let permit = match admit(&state, owner, rejoin.as_ref()).await {
+                Ok(permit) => permit,
+                Err(refused) => return refused.into_response(),
+            };
+            // An id that is no run's cursor must be one of the caller's prompts.
+            if let Some(Rejoin::Prompt(prompt_id)) = &rejoin
+                && matches!(
+                    prompts::record(&state.buckets, owner.as_str(), prompt_id).await,
+                    Ok(None)
+                )
+            {
+                return bad_cursor();
+            }
+            Some(permit)
+        }
+        None => None,
     };
     let upgrade = upgrade.max_message_size(MAX_WS_MESSAGE_BYTES);
     let upgrade = if protocols.first().is_some_and(|p| p == "bearer") {
@@ -134,16 +158,152 @@ pub(crate) async fn websocket(
         } else {
             WsDialect::default()
         };
-        Session::run(state, owner, socket, resume_from, dialect).await;
+        let (mut sink, mut inbound) = socket.split();
+        let (owner, first, permit) = match (owner, permit) {
+            (Some(owner), Some(permit)) => (owner, None, permit),
+            _ => {
+                let Some((owner, first)) = first_message_owner(&state, &mut inbound).await else {
+                    refuse(&mut sink, WsError::new(
+                        WsErrorCode::InvalidMessage,
+                        "a valid token is required: Authorization header, the subprotocols bearer, <token>, or security.token (or api_key) in the first message",
+                        "security.token",
+                    ), dialect)
+                    .await;
+                    return;
+                };
+                match admit(&state, &owner, rejoin.as_ref()).await {
+                    Ok(permit) => (owner, Some(first), permit),
+                    Err(refused) => {
+                        refuse(&mut sink, refused.into_ws_error(), dialect).await;
+                        return;
+                    }
+                }
+            }
+        };
+        Session::run(state, owner, (sink, inbound), first, rejoin, dialect).await;
         drop(permit); // the connection's slot, held until it closes
     })
+}
+
+/// Where a connection opened with `last_message_id` or `conversation_id` starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rejoin {
+    /// After event `seq` of the caller's run `run_id` (`<runId>:<seq>`).
+    Run(String, u64),
+    /// At a prompt the client was sent (its id): shown again while it waits, then the run
+    /// that continues it.
+    Prompt(String),
+    /// A conversation (the NeMo UI's `?conversation_id=`): its waiting prompt again, or its
+    /// active run from the start.
+    Conversation(String),
+}
+
+/// Longest prompt id a `last_message_id` may name.
+const MAX_PROMPT_ID_CHARS: usize = 256;
+/// How long a socket opened without a token may take to send its first message.
+const FIRST_MESSAGE: Duration = Duration::from_secs(10);
+
+/// A connection's admission for `owner`: a reconnect is a lookup (the per-owner budget of
+/// status requests), and every connection takes one of the owner's stream slots.
+async fn admit(
+    state: &AppState,
+    owner: &Owner,
+    rejoin: Option<&Rejoin>,
+) -> Result<StreamPermit, Refused> {
+    if rejoin.is_some() {
+        state
+            .lookups
+            .check(owner.as_str())
+            .map_err(Refused::Throttled)?;
+    }
+    state
+        .streams
+        .acquire(owner.as_str(), "websocket")
+        .ok_or(Refused::TooManyStreams)
+}
+
+/// Why a connection is not admitted.
+enum Refused {
+    Throttled(crate::limit::Throttled),
+    TooManyStreams,
+}
+
+impl Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Throttled(refused) => crate::routes::ApiError::from(refused).into_response(),
+            Refused::TooManyStreams => ErrorResponse::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::RateLimited,
+                "too many open event streams and WebSockets; close one first",
+            )
+            .into_response(),
+        }
+    }
+
+    fn into_ws_error(self) -> WsError {
+        match self {
+            Refused::Throttled(refused) => WsError::new(
+                WsErrorCode::UnknownError,
+                refused.to_string(),
+                "rate_limited",
+            ),
+            Refused::TooManyStreams => WsError::new(
+                WsErrorCode::UnknownError,
+                "too many open event streams and WebSockets; close one first",
+                "rate_limited",
+            ),
+        }
+    }
+}
+
+/// The owner named by the first message's `security.token` (or `security.api_key`, or a
+/// top-level `api_key`), and that message; `None` when it does not come in time, is not text,
+/// or carries no valid token.
+async fn first_message_owner(
+    state: &AppState,
+    inbound: &mut futures::stream::SplitStream<WebSocket>,
+) -> Option<(Owner, String)> {
+    let frame = tokio::time::timeout(FIRST_MESSAGE, inbound.next())
+        .await
+        .ok()??
+        .ok()?;
+    let Message::Text(text) = frame else {
+        return None;
+    };
+    let value: Value = serde_json::from_str(text.as_str()).ok()?;
+    let token = value
+        .pointer("/security/token")
+        .or_else(|| value.pointer("/security/api_key"))
+        .or_else(|| value.get("api_key"))
+        .and_then(Value::as_str)?;
+    let owner = state.auth.verify(token).ok()?;
+    Some((owner, text.as_str().to_owned()))
+}
+
+/// Sends `error` and closes a connection that will not be served.
+async fn refuse(
+    sink: &mut futures::stream::SplitSink<WebSocket, Message>,
+    error: WsError,
+    dialect: WsDialect,
+) {
+    let message = error.to_message(
+        format!("error-{}", uuid::Uuid::now_v7()),
+        None,
+        None,
+        Utc::now(),
+    );
+    if let Ok(text) = message.to_json(dialect) {
+        let _ = sink.send(Message::Text(Utf8Bytes::from(text))).await;
+    }
+    let _ = sink.close().await;
 }
 
 fn bad_cursor() -> Response {
     ErrorResponse::with_field(
         StatusCode::BAD_REQUEST,
         ErrorCode::InvalidRequest,
-        "last_message_id must be <runId>:<seq>",
+        "last_message_id must be the id of a message you were sent (<runId>:<seq>, or a prompt's id)",
         "last_message_id",
     )
     .into_response()
@@ -212,11 +372,14 @@ impl Session {
     async fn run(
         state: AppState,
         owner: Owner,
-        socket: WebSocket,
-        resume_from: Option<(String, u64)>,
+        (mut sink, mut inbound): (
+            futures::stream::SplitSink<WebSocket, Message>,
+            futures::stream::SplitStream<WebSocket>,
+        ),
+        first: Option<String>,
+        rejoin: Option<Rejoin>,
         dialect: WsDialect,
     ) {
-        let (mut sink, mut inbound) = socket.split();
         let (out, mut outbox) = mpsc::channel::<WsMessage>(OUTBOX);
         let client = Arc::new(Mutex::new(Client {
             dialect,
@@ -258,8 +421,14 @@ impl Session {
             started: Arc::default(),
             client,
         };
-        if let Some((run_id, seq)) = resume_from {
-            session.reconnect(&run_id, seq).await;
+        match rejoin {
+            Some(Rejoin::Run(run_id, seq)) => session.reconnect(&run_id, seq).await,
+            Some(Rejoin::Prompt(prompt_id)) => session.rejoin_prompt(&prompt_id).await,
+            Some(Rejoin::Conversation(thread_id)) => session.rejoin_conversation(&thread_id).await,
+            None => {}
+        }
+        if let Some(first) = first {
+            session.handle(&first).await;
         }
         let shutdown = state.shutdown.clone();
         loop {
@@ -379,11 +548,20 @@ impl Session {
                     &id,
                     UserContent::Text(answer.clone()),
                 );
+                let prompt_id = self.prompt_named(&parent_id);
+                // The continuing run answers the user message the prompt was about.
+                let asked_about =
+                    prompts::record(&self.state.buckets, self.owner.as_str(), &prompt_id)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map_or_else(|| id.clone(), |record| record.parent_id);
                 let answer = Answer {
-                    prompt_id: self.prompt_named(&parent_id),
+                    prompt_id,
                     reply: Reply::Answer(Value::String(answer)),
                 };
-                self.start(input, Some(answer), &conversation_id, &id).await;
+                self.start(input, Some(answer), &conversation_id, &asked_about)
+                    .await;
             }
             Ok(Inbound::Chat {
                 message,
@@ -505,6 +683,105 @@ impl Session {
         tokio::spawn(async move { session.forward(task_id, seq, mapper, true).await });
     }
 
+    /// A reconnect whose last message was a prompt: the prompt again while it waits (with the
+    /// time it has left), then the run that continues it, wherever it is answered; the
+    /// continuation at once if it was answered meanwhile.
+    async fn rejoin_prompt(&self, prompt_id: &str) {
+        let record =
+            match prompts::record(&self.state.buckets, self.owner.as_str(), prompt_id).await {
+                Ok(Some(record)) => record,
+                Ok(None) => {
+                    let error = WsError::new(
+                        WsErrorCode::InvalidMessage,
+                        "last_message_id names no message of yours",
+                        "last_message_id",
+                    );
+                    self.error(error, None, None).await;
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(error = format!("{err:#}"), "reconnect lookup failed");
+                    self.unavailable().await;
+                    return;
+                }
+            };
+        self.replay_prompt(&record).await;
+    }
+
+    /// The asking run's last event (the question: re-sent only while it waits), then what
+    /// continues it.
+    async fn replay_prompt(&self, record: &PromptRecord) {
+        let last = match self.state.events.last_event(record.task_id).await {
+            Ok(last) => last.map_or(0, |event| event.seq),
+            Err(err) => {
+                tracing::warn!(error = format!("{err:#}"), "reconnect lookup failed");
+                self.unavailable().await;
+                return;
+            }
+        };
+        let mapper =
+            WsMapper::new(&record.thread_id, &record.parent_id, None).in_dialect(self.dialect());
+        let session = self.clone();
+        let task_id = record.task_id;
+        tokio::spawn(async move {
+            session
+                .forward(task_id, last.saturating_sub(1), mapper, true)
+                .await;
+        });
+    }
+
+    /// A client back on a conversation (`?conversation_id=`): the prompt that waits there, or
+    /// the conversation's active run from its first event; nothing when it is idle.
+    async fn rejoin_conversation(&self, thread_id: &str) {
+        let owner = self.owner.as_str();
+        let open = match self.state.threads.open_run(owner, thread_id).await {
+            Ok(open) => open,
+            Err(err) => {
+                tracing::warn!(error = format!("{err:#}"), "conversation lookup failed");
+                self.unavailable().await;
+                return;
+            }
+        };
+        match open {
+            None => {}
+            Some(Open::Prompt(_)) => {
+                if let Ok(Some(record)) = self.state.threads.pending_prompt(owner, thread_id).await
+                {
+                    self.replay_prompt(&record).await;
+                }
+            }
+            Some(Open::Active(task_id)) => {
+                // The user message it answers, from its RUN_STARTED.
+                let started = self.state.events.first_event(task_id).await.ok().flatten();
+                let parent = started
+                    .as_ref()
+                    .and_then(|event| match &event.event {
+                        protocol::agui::Event::RunStarted {
+                            input: Some(input), ..
+                        } => input
+                            .pointer("/messages/0/id")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        _ => None,
+                    })
+                    .or_else(|| started.as_ref().map(|event| event.run_id.clone()))
+                    .unwrap_or_default();
+                let mapper = WsMapper::new(thread_id, &parent, None).in_dialect(self.dialect());
+                let session = self.clone();
+                tokio::spawn(async move { session.forward(task_id, 0, mapper, true).await });
+            }
+        }
+    }
+
+    async fn unavailable(&self) {
+        self.error(
+            WsError::new(WsErrorCode::UnknownError, "please reconnect", "unavailable"),
+            None,
+            None,
+        )
+        .await;
+    }
+
     /// Streams one run's events after `after` as server messages; a run that stopped on a
     /// prompt is followed by the run that continues it, wherever the prompt is answered.
     async fn forward(self, task_id: uuid::Uuid, after: u64, mut mapper: WsMapper, replay: bool) {
@@ -573,11 +850,8 @@ impl Session {
         }
         for _ in 0..50 {
             if let Ok(Some(record)) = self.state.runs.find(self.owner.as_str(), &next_run).await {
-                let parent = if next_run.ends_with("-timeout") {
-                    prompt_id.clone()
-                } else {
-                    next_run.clone()
-                };
+                // The continuing run answers the same user message.
+                let parent = mapper.parent_id().to_owned();
                 let trace = self
                     .state
                     .runs

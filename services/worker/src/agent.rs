@@ -150,10 +150,10 @@ pub trait Agent: Send + Sync + 'static {
 /// - `/silent` says nothing, breaking its own output schema (a reply is required), so the
 ///   worker ends the run with `RUN_ERROR` `output_schema_violation`;
 /// - `/ui <title>` echoes and attaches `ui_hints` (title, success badge, the echo as body);
-/// - `/ask <input_type>[:<timeout secs>] <question>` asks the user (text, binary_choice, radio,
-///   checkbox, dropdown; the seed's example options) and stops on the prompt; the run that
-///   continues answers `You answered: <answer>`, or says the question timed out or was
-///   cancelled;
+/// - `/ask <input_type>[?][:<timeout secs>] <question>` asks the user (text, binary_choice,
+///   radio, checkbox, dropdown; the seed's example options; `?`: not required, so it may be
+///   skipped) and stops on the prompt; the run that continues answers `You answered:
+///   <answer>`, `You skipped the question.`, or says the question timed out or was cancelled;
 /// - `/meta <json object> <text>` echoes `<text>` and sets the object's fields (`stage` and
 ///   custom fields) on the reply's metadata;
 /// - `/tool <name> <json arguments>` calls the tool: a client tool (one of the run's `tools`)
@@ -249,6 +249,9 @@ impl Agent for EchoAgent {
             let reply_id = format!("{}-reply", input.task.task_id);
             if let Some(resumed) = &input.task.resumed {
                 let reply = match &resumed.outcome {
+                    PromptOutcome::Resolved { payload } if is_skip(payload) => {
+                        "You skipped the question.".to_owned()
+                    }
                     PromptOutcome::Resolved { payload } => {
                         let answer = match payload {
                             serde_json::Value::String(s) => s.clone(),
@@ -501,7 +504,17 @@ async fn call_tool(
     emit_hints(sink, &summary_id, done).await
 }
 
-/// The prompt of `/ask <input_type>[:<timeout secs>] <question>`, with the seed's options.
+/// Whether an answer is a skipped prompt's (`""`, `null`, `[]`).
+fn is_skip(payload: &serde_json::Value) -> bool {
+    match payload {
+        serde_json::Value::Null => true,
+        serde_json::Value::String(text) => text.is_empty(),
+        serde_json::Value::Array(items) => items.is_empty(),
+        _ => false,
+    }
+}
+
+/// The prompt of `/ask <input_type>[?][:<timeout secs>] <question>`, with the seed's options.
 fn demo_prompt(spec: &str) -> anyhow::Result<Prompt> {
     let (kind, text) = spec
         .trim()
@@ -510,6 +523,10 @@ fn demo_prompt(spec: &str) -> anyhow::Result<Prompt> {
     let (kind, timeout) = match kind.split_once(':') {
         Some((kind, secs)) => (kind, Some(secs.parse::<u64>()?)),
         None => (kind, None),
+    };
+    let (kind, required) = match kind.strip_suffix('?') {
+        Some(kind) => (kind, false),
+        None => (kind, true),
     };
     let input_type: InputType = serde_json::from_value(serde_json::Value::String(kind.to_owned()))?;
     let option = |id: &str, label: &str| PromptOption {
@@ -532,7 +549,7 @@ fn demo_prompt(spec: &str) -> anyhow::Result<Prompt> {
         text: text.to_owned(),
         placeholder: (input_type == InputType::Text).then(|| "Ask anything.".to_owned()),
         options,
-        required: true,
+        required,
         timeout,
         error: DEFAULT_PROMPT_ERROR.to_owned(),
     })

@@ -165,13 +165,20 @@ fn output_violation(
 /// timeout, and answering the run's last user message (the run itself when it has none). Its
 /// id comes from the task, so a redelivered run asks the same prompt, not a second one.
 fn pending_prompt(task: &RunTaskV1, prompt: Prompt, now: DateTime<Utc>) -> PromptRecord {
+    // A run continuing after a prompt answers the same user message as the run that asked.
     let parent_id = task
-        .input
-        .messages
-        .iter()
-        .rev()
-        .find(|m| matches!(m, protocol::run_input::Message::User(_)))
-        .map_or_else(|| task.input.run_id.clone(), |m| m.id().to_owned());
+        .resumed
+        .as_ref()
+        .and_then(|resumed| resumed.parent_id.clone())
+        .or_else(|| {
+            task.input
+                .messages
+                .iter()
+                .rev()
+                .find(|m| matches!(m, protocol::run_input::Message::User(_)))
+                .map(|m| m.id().to_owned())
+        })
+        .unwrap_or_else(|| task.input.run_id.clone());
     PromptRecord {
         prompt_id: format!("{}-prompt", task.task_id),
         task_id: task.task_id,

@@ -172,6 +172,7 @@ async fn start_continuation(
             prompt_id: record.prompt_id.clone(),
             prompt: record.prompt.clone(),
             outcome: PromptOutcome::TimedOut,
+            parent_id: Some(record.parent_id.clone()),
         }),
         trace_id: None,
         agent: record.agent.clone(),

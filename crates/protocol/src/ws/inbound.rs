@@ -295,7 +295,8 @@ impl Answer {
             id: self.id.0,
             conversation_id: self.conversation_id.0,
             parent_id: self.parent_id.0,
-            answer: user_content(self.content)?.text(),
+            // May be empty: skipping a prompt that is not required; the prompt decides.
+            answer: content_of(self.content, true)?.text(),
         })
     }
 }
@@ -430,6 +431,12 @@ fn bad_content(message: impl Into<String>, details: &str) -> WsError {
 /// user message in the list will be processed", so the others are not checked), its parts as
 /// AG-UI blocks, with some text and at most [`MAX_TEXT_CHARS`] characters of it.
 fn user_content(content: Value) -> Result<UserContent, WsError> {
+    content_of(content, false)
+}
+
+/// The last user message of `content`; `may_be_empty`: an answer, which may skip a prompt that
+/// is not required.
+fn content_of(content: Value, may_be_empty: bool) -> Result<UserContent, WsError> {
     let Conversation { messages } = object(content).ok_or_else(|| {
         bad_content(
             "content.messages must be a list of messages",
@@ -454,7 +461,7 @@ fn user_content(content: Value) -> Result<UserContent, WsError> {
     };
     let content = UserContent::Blocks(blocks);
     let text = content.text();
-    if text.trim().is_empty() {
+    if text.trim().is_empty() && !may_be_empty {
         return Err(bad_content(
             "the user message has no text",
             "content.messages[].content",
@@ -1237,9 +1244,15 @@ mod tests {
             refusal(&with(answer(), "content", inline)),
             bad_data(INLINE_DATA, "image_url.url")
         );
+        // An empty answer is read: it skips a prompt that is not required (the prompt decides).
         let blank = json!({"messages": [{"role": "user", "content": "  "}]});
+        assert!(matches!(
+            read(&with(answer(), "content", blank)),
+            Inbound::UserInteraction { answer, .. } if answer.trim().is_empty()
+        ));
+        let blank_turn = turn_with(json!("  "));
         assert_eq!(
-            refusal(&with(answer(), "content", blank)),
+            refusal(&blank_turn),
             bad_content("the user message has no text", "content.messages[].content")
         );
     }
