@@ -181,23 +181,26 @@ pub fn validate_run_input(input: &RunAgentInput) -> Result<(), Violation> {
     if input.messages.len() > MAX_MESSAGES {
         return Err(Violation::rule("/messages", messages::MESSAGES_LIMIT));
     }
-    let users = input
-        .messages
-        .iter()
-        .filter(|m| matches!(m, Message::User(_)))
-        .count();
+    // The table lists the text limit before exactly-one and user-first: a body that breaks
+    // several rules is told the first of them in the table.
+    let mut users = 0;
+    for (at, message) in input.messages.iter().enumerate() {
+        if let Message::User(user) = message {
+            users += 1;
+            if user.content.text().chars().count() > MAX_USER_TEXT_CHARS {
+                return Err(Violation::rule(
+                    format!("/messages/{at}/content"),
+                    messages::USER_TEXT_LIMIT,
+                ));
+            }
+        }
+    }
     if users != 1 {
         return Err(Violation::rule("/messages", messages::EXACTLY_ONE_USER));
     }
     let Some(Message::User(user)) = input.messages.first() else {
         return Err(Violation::rule("/messages/0/role", messages::FIRST_IS_USER));
     };
-    if user.content.text().chars().count() > MAX_USER_TEXT_CHARS {
-        return Err(Violation::rule(
-            "/messages/0/content",
-            messages::USER_TEXT_LIMIT,
-        ));
-    }
     if let UserContent::Blocks(blocks) = &user.content {
         for (index, block) in blocks.iter().enumerate() {
             validate_block(block, &format!("/messages/0/content/{index}"))?;
@@ -286,6 +289,34 @@ mod tests {
             Ok(_) => Violation::rule("", "unexpectedly valid"),
             Err(v) => v,
         }
+    }
+
+    #[test]
+    fn a_body_breaking_several_rules_is_told_the_first_in_the_seeds_table() {
+        let long = "x".repeat(MAX_USER_TEXT_CHARS + 1);
+        // Text over the limit, two user messages, an assistant first: the text rule comes first.
+        let mut body = valid();
+        body["messages"] = json!([
+            {"id": "a", "role": "assistant", "content": "before"},
+            {"id": "u1", "role": "user", "content": long},
+            {"id": "u2", "role": "user", "content": "again"}
+        ]);
+        assert_eq!(
+            violation(&body),
+            Violation::rule("/messages/1/content", messages::USER_TEXT_LIMIT)
+        );
+        // Then exactly one user message, before user-first.
+        body["messages"][1]["content"] = json!("short");
+        assert_eq!(
+            violation(&body),
+            Violation::rule("/messages", messages::EXACTLY_ONE_USER)
+        );
+        // Then the thread id before everything about messages.
+        body["threadId"] = json!("not-a-uuid");
+        assert_eq!(
+            violation(&body),
+            Violation::rule("/threadId", messages::THREAD_ID_UUID)
+        );
     }
 
     #[test]
