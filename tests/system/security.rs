@@ -1053,8 +1053,11 @@ async fn another_owner_can_neither_read_use_list_deduplicate_nor_delete_alices_f
         .await;
     }
 
-    // The attachments service's NATS endpoints, asked directly for bob.
-    let client = async_nats::connect(&platform.infra.nats_url).await.unwrap();
+    // The attachments service's NATS endpoints, asked directly for bob (as the worker, which
+    // may call both).
+    let (client, _) = platform::nats::connect(&platform.nats, "worker")
+        .await
+        .unwrap();
     let names = &platform.nats.names;
     for (form, url) in &references {
         for session_id in [None, Some(alice.session.clone())] {
@@ -1200,8 +1203,10 @@ async fn another_owner_sees_nothing_of_alices_history_in_any_shape() {
         .await;
     assert_eq!(answer.json()["threads"], json!([]), "{}", answer.body);
 
-    // The progress endpoint takes a task id from anyone on the bus; it answers a number only.
-    let client = async_nats::connect(&platform.infra.nats_url).await.unwrap();
+    // The progress endpoint takes a task id from its caller (runs); it answers a number only.
+    let (client, _) = platform::nats::connect(&platform.nats, "runs")
+        .await
+        .unwrap();
     let request = protocol::messaging::ProgressRequest::V1 {
         task_id: alice.task.parse().unwrap(),
     };
@@ -2036,4 +2041,78 @@ async fn the_worker_is_not_dumpable_so_its_extraction_helpers_cannot_read_its_se
         rustix::process::dumpable_behavior().unwrap(),
         rustix::process::DumpableBehavior::NotDumpable
     );
+}
+
+/// The security review's M2: a service may write a stream and create a push consumer on it,
+/// and JetStream delivers a stored message to any subject, with a `$JS.ACK` reply subject of
+/// its own. Delivered to `attachments.register`, such a message used to register a file in any
+/// owner's workspace; an endpoint now answers only replies addressed to its callers' inboxes.
+#[tokio::test]
+async fn a_message_jetstream_delivers_to_an_endpoint_is_not_served_as_a_request() {
+    use async_nats::jetstream::{consumer, stream};
+    let platform = TestPlatform::spawn().await.unwrap();
+    let names = &platform.nats.names;
+    let client = async_nats::connect(&platform.infra.nats_url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let pwn = format!("{}.pwn", names.prefix());
+    js.create_stream(stream::Config {
+        name: format!("{}_PWN", names.prefix().to_uppercase()),
+        subjects: vec![format!("{pwn}.>")],
+        max_bytes: 1024 * 1024,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let register = json!({"v": "1", "owner": "victim", "session_id": "s1",
+        "file_name": "invoice.txt", "content_type": "text/plain",
+        "content_base64": base64::engine::general_purpose::STANDARD.encode("pay me")});
+    js.publish(format!("{pwn}.x"), register.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let stream = js
+        .get_stream(format!("{}_PWN", names.prefix().to_uppercase()))
+        .await
+        .unwrap();
+    let mut delivery = stream
+        .create_consumer(consumer::push::Config {
+            durable_name: Some("pwn".to_owned()),
+            deliver_subject: names.attachments_register_subject(),
+            deliver_group: Some(protocol::messaging::ATTACHMENTS_QUEUE.to_owned()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(1),
+            max_deliver: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Delivered to the attachments service twice: the first delivery was long handled (a
+    // served request acknowledges it: its reply subject is the ack), and nothing acknowledged it.
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    let info = loop {
+        let info = delivery.info().await.unwrap().clone();
+        if info.num_redelivered >= 1 || tokio::time::Instant::now() > deadline {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(info.num_redelivered >= 1, "delivered again: {info:?}");
+    assert_eq!(
+        info.ack_floor.stream_sequence, 0,
+        "never answered: {info:?}"
+    );
+    let victim = platform.infra.token("victim");
+    let workspace: Value = platform
+        .http
+        .get(format!("{}/v2/files", platform.urls.attachments))
+        .bearer_auth(&victim)
+        .query(&[("session_id", "s1")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(workspace["files"], json!([]), "{workspace}");
 }

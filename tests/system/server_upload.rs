@@ -132,7 +132,7 @@ async fn a_session_lists_its_uploads_and_generated_files_and_nothing_of_others()
     assert_eq!(status, 200);
 
     // The worker registers a generated file over NATS.
-    let (client, _) = platform::nats::connect(&platform.nats, "test")
+    let (client, _) = platform::nats::connect(&platform.nats, "worker")
         .await
         .unwrap();
     let request = json!({"v": "1", "owner": "alice", "session_id": "s-1", "file_name": "report.md",

@@ -50,6 +50,48 @@ pub fn inbox_prefix(service: &str) -> String {
     format!("_INBOX_{service}")
 }
 
+/// The services whose permissions let them publish to `subject`: who may call that endpoint.
+pub fn callers(names: &Names, subject: &str) -> Vec<&'static str> {
+    SERVICES
+        .iter()
+        .filter(|service| {
+            permissions(names, service).is_some_and(|p| {
+                p.publish
+                    .iter()
+                    .any(|pattern| subject_matches(pattern, subject))
+            })
+        })
+        .copied()
+        .collect()
+}
+
+/// Whether `reply`, the reply subject of a request on `subject`, is the inbox of one of the
+/// services allowed to call it ([`callers`]). Defence in depth: the bus's permissions keep a
+/// service from publishing to an endpoint it may not call, but JetStream can deliver a stored
+/// message to any subject with a reply subject of its own (a push consumer's delivery); an
+/// endpoint answers only replies addressed to a caller's inbox, so such a delivery is not served.
+pub fn reply_from_caller(names: &Names, subject: &str, reply: &str) -> bool {
+    callers(names, subject).iter().any(|service| {
+        reply
+            .strip_prefix(&inbox_prefix(service))
+            .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+/// NATS subject matching: `*` one token, `>` the rest.
+fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let (mut p, mut s) = (pattern.split('.'), subject.split('.'));
+    loop {
+        match (p.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
 /// The JetStream API subjects that manage and read `stream` (create, update and inspect it,
 /// get messages, create and pull from consumers, acknowledge). Not: delete it, purge it.
 fn stream_access(stream: &str) -> Vec<String> {
@@ -90,7 +132,8 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
         subjects.extend(stream_access(&names.run_events_stream()));
         subjects
     };
-    let buckets = || {
+    // Every bucket, written only where `writes` says so (read and watched in the others).
+    let buckets = |writes: &dyn Fn(&str) -> bool| {
         [
             names.agents_bucket(),
             names.run_status_bucket(),
@@ -101,9 +144,19 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             names.owner_budgets_bucket(),
         ]
         .iter()
-        .flat_map(|bucket| bucket_access(bucket))
+        .flat_map(|bucket| {
+            if writes(bucket) {
+                bucket_access(bucket)
+            } else {
+                stream_access(&format!("KV_{bucket}"))
+            }
+        })
         .collect::<Vec<_>>()
     };
+    // The agent catalog is the workers' and a thread's remote-agent state the worker's: runs
+    // reads them.
+    let (agents, thread_state) = (names.agents_bucket(), names.thread_state_bucket());
+    let runs_writes = |bucket: &str| bucket != agents && bucket != thread_state;
     let inbox = format!("{}.>", inbox_prefix(service));
     let permissions = match service {
         // Answers resolve, sign, register and generated-upload; asks nothing.
@@ -127,7 +180,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             ]
             .into_iter()
             .chain(streams())
-            .chain(buckets())
+            .chain(buckets(&runs_writes))
             .collect(),
             subscribe: vec![inbox, names.run_events_subjects()],
             responds: false,
@@ -162,7 +215,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             ]
             .into_iter()
             .chain(streams())
-            .chain(buckets())
+            .chain(buckets(&|_| true))
             .collect(),
             subscribe: vec![inbox, names.run_cancel_subjects()],
             responds: false,
@@ -227,33 +280,52 @@ mod tests {
     }
 
     fn allowed(subjects: &[String], subject: &str) -> bool {
-        subjects.iter().any(|pattern| matches(pattern, subject))
+        subjects
+            .iter()
+            .any(|pattern| super::subject_matches(pattern, subject))
     }
 
-    /// NATS subject matching: `*` one token, `>` the rest.
-    fn matches(pattern: &str, subject: &str) -> bool {
-        let (mut p, mut s) = (pattern.split('.'), subject.split('.'));
-        loop {
-            match (p.next(), s.next()) {
-                (Some(">"), Some(_)) => return true,
-                (Some("*"), Some(_)) => {}
-                (Some(a), Some(b)) if a == b => {}
-                (None, None) => return true,
-                _ => return false,
-            }
+    #[test]
+    fn runs_reads_the_agent_catalog_and_thread_state_and_writes_neither() {
+        let names = names();
+        let runs = permissions(&names, "runs").unwrap().publish;
+        let worker = permissions(&names, "worker").unwrap().publish;
+        for bucket in [names.agents_bucket(), names.thread_state_bucket()] {
+            let key = format!("$KV.{bucket}.some.key");
+            assert!(!allowed(&runs, &key), "runs writes {bucket}");
+            assert!(allowed(&worker, &key), "the worker writes {bucket}");
+            let read = format!("$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.some.key");
+            assert!(allowed(&runs, &read), "runs reads {bucket}");
         }
+        let budgets = format!("$KV.{}.bytes.x", names.owner_budgets_bucket());
+        assert!(allowed(&runs, &budgets), "runs writes the owner budgets");
+    }
+
+    #[test]
+    fn an_endpoint_answers_only_replies_to_its_callers_inboxes() {
+        let names = names();
+        let sign = names.attachments_sign_subject();
+        assert!(reply_from_caller(&names, &sign, "_INBOX_history.abc.1"));
+        assert!(reply_from_caller(&names, &sign, "_INBOX_worker.abc.1"));
+        for reply in [
+            "_INBOX_runs.abc.1",   // runs may not sign
+            "_INBOX.abc.1",        // no service's inbox
+            "_INBOX_historyx.abc", // a prefix of another name
+            "_INBOX_history",      // no token after the prefix
+            "$JS.ACK.T_RUNS.pwn.1.2.3.4.5",
+            "sb.attachments.register",
+        ] {
+            assert!(!reply_from_caller(&names, &sign, reply), "{reply}");
+        }
+        let register = names.attachments_register_subject();
+        assert!(reply_from_caller(&names, &register, "_INBOX_worker.x"));
+        assert!(!reply_from_caller(&names, &register, "_INBOX_history.x"));
     }
 
     #[test]
     fn only_the_services_that_need_them_may_call_the_attachments_endpoints() {
         let names = names();
-        let callers = |subject: &str| {
-            SERVICES
-                .iter()
-                .filter(|s| allowed(&permissions(&names, s).unwrap().publish, subject))
-                .copied()
-                .collect::<Vec<_>>()
-        };
+        let callers = |subject: &str| super::callers(&names, subject);
         assert_eq!(
             callers(&names.attachments_sign_subject()),
             ["history", "worker"]

@@ -466,13 +466,21 @@ impl Resolver {
             .take_until(shutdown.cancelled_owned())
             .for_each_concurrent(CONCURRENCY, |message| {
                 let client = client.clone();
-                let (this, resolve_subject, sign_subject, upload_subject) =
-                    (&self, &resolve_subject, &sign_subject, &upload_subject);
+                let (this, names, resolve_subject, sign_subject, upload_subject) =
+                    (&self, &names, &resolve_subject, &sign_subject, &upload_subject);
                 async move {
                     let Some(reply) = message.reply.clone() else {
                         return;
                     };
                     let subject = message.subject.as_str();
+                    // Only a caller's inbox is answered (`nats_auth::reply_from_caller`): a
+                    // message JetStream delivered here from a stream is not a request.
+                    if !platform::nats_auth::reply_from_caller(names, subject, &reply) {
+                        metrics::counter!("switchboard_nats_requests_refused_total", "endpoint" => subject.to_owned())
+                            .increment(1);
+                        tracing::warn!(subject, reply = %reply, "request whose reply is no caller's inbox ignored");
+                        return;
+                    }
                     let answer = if subject == resolve_subject.as_str() {
                         this.answer_resolve(&message.payload).await
                     } else if subject == sign_subject.as_str() {

@@ -34,6 +34,7 @@ pub(crate) async fn serve(
     let (pool, runs) = (&pool, &runs);
     respond::serve(
         client,
+        &names,
         names.history_run_lookup_subject(),
         shutdown,
         |request| answer(pool, runs, request),

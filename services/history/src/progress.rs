@@ -19,6 +19,7 @@ pub(crate) async fn serve(
     let pool = &pool;
     respond::serve(
         client,
+        &names,
         names.history_progress_subject(),
         shutdown,
         |ProgressRequest::V1 { task_id }| async move {

@@ -2,7 +2,7 @@
 //! queue group (one replica answers each), a bounded number at once, until shutdown.
 
 use futures::StreamExt;
-use protocol::messaging::HISTORY_QUEUE;
+use protocol::messaging::{HISTORY_QUEUE, Names};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -11,9 +11,12 @@ use tokio_util::sync::CancellationToken;
 const CONCURRENCY: usize = 32;
 
 /// Answers every request on `subject` with what `answer` makes of it. An undecodable request or
-/// an `Err` gets no answer (logged): the caller times out, and never waits on a wrong answer.
+/// an `Err` gets no answer (logged): the caller times out, and never waits on a wrong answer. A
+/// request whose reply subject is not the inbox of a service allowed to call the endpoint
+/// ([`platform::nats_auth::reply_from_caller`]) is not answered either.
 pub(crate) async fn serve<Req, Rep, F, Fut>(
     client: async_nats::Client,
+    names: &Names,
     subject: String,
     shutdown: CancellationToken,
     answer: F,
@@ -35,6 +38,12 @@ where
                 let Some(reply) = message.reply else {
                     return;
                 };
+                if !platform::nats_auth::reply_from_caller(names, subject, &reply) {
+                    metrics::counter!("switchboard_nats_requests_refused_total", "endpoint" => subject.clone())
+                        .increment(1);
+                    tracing::warn!(%subject, reply = %reply, "request whose reply is no caller's inbox ignored");
+                    return;
+                }
                 let Ok(request) = serde_json::from_slice::<Req>(&message.payload) else {
                     tracing::warn!(%subject, "undecodable request ignored");
                     return;

@@ -47,6 +47,7 @@ pub(crate) async fn serve(
     let (pool, written, names_ref) = (&pool, &written, &names);
     respond::serve(
         client,
+        &names,
         names.history_thread_messages_subject(),
         shutdown,
         |request| answer(pool, written, names_ref, request),

@@ -55,7 +55,11 @@ impl TestHistory {
         .await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(app.run(shutdown.clone()));
-        let client = async_nats::connect(&infra.nats_url).await?;
+        // As the runs service asks (history answers its callers' inboxes only).
+        let client = async_nats::ConnectOptions::new()
+            .custom_inbox_prefix(platform::nats_auth::inbox_prefix("runs"))
+            .connect(&infra.nats_url)
+            .await?;
         let js = jetstream::new(client.clone());
         Ok(Self {
             names: nats.names,
