@@ -1,6 +1,7 @@
 //! The reference web client (`web/`) end to end: its production build served by the gateway
 //! of `scripts/gateway.sh` on one origin with the API, driven in Debian's headless Chromium by
-//! `web/e2e/run.mjs` (playwright-core) against the four services. Needs `node`,
+//! `web/e2e/run.mjs` (playwright-core) against the four services; a second browser context on the
+//! same conversation (another tab or device) follows it through the thread stream. Needs `node`,
 //! `/usr/bin/chromium`, `web/node_modules` and `web/dist` (`scripts/test.sh` installs and
 //! builds them); without them this test fails. Saves its screenshots to `docs/screenshots/`.
 
@@ -45,6 +46,9 @@ const STEPS: &[&str] = &[
     "stop cancels a run mid-reply",
     "a network drop mid-reply is resumed from the last event",
     "a reload mid-reply shows what came and resumes after the last event",
+    "a second tab on the conversation shows a run started in the first as it streams, and neither shows it twice",
+    "the second tab's thread stream resumes after a drop with Last-Event-ID, nothing twice",
+    "a question asked in one tab is shown in the other, which can answer it",
     "history after a reload shows the same conversation with working file links",
     "the thread list is most recent first and pages; a new thread starts empty",
     "a conversation loads day by day backwards",
@@ -61,6 +65,7 @@ const SCREENSHOTS: &[&str] = &[
     "desktop-prompt",
     "desktop-timeout",
     "desktop-reconnecting",
+    "desktop-second-tab",
     "desktop-history",
     "desktop-days",
     "phone-threads",
@@ -221,6 +226,18 @@ async fn the_web_client_streams_uploads_asks_resumes_and_reloads_through_the_gat
             .unwrap();
         assert!(after > 2, "{resume} resumed after event {after}: {facts:#}");
     }
+    // The second tab saw the first tab's reply grow, and its thread stream resumed after an event
+    // of the run it had (`<taskId>:<seq>`), not from a snapshot.
+    assert!(
+        facts["secondTab"]["streamSteps"].as_u64().unwrap() >= 4,
+        "{facts:#}"
+    );
+    let cursor = facts["threadResume"]["lastEventId"].as_str().unwrap();
+    let (task, seq) = cursor.split_once(':').unwrap();
+    assert!(
+        uuid::Uuid::try_parse(task).is_ok() && seq.parse::<u64>().unwrap() > 2,
+        "{facts:#}"
+    );
     // The image's bar moved with the upload and the PDF's went to S3 once.
     let phases = facts["uploadPhases"]["chart.png"].as_array().unwrap();
     assert!(phases.len() >= 6, "{phases:?}");

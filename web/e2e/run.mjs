@@ -496,6 +496,9 @@ async function flow(browser) {
     expect(/note-4\.txt: at most 3 files can be sent with one message/.test(errors), `count error: ${errors}`);
     expect((await page.$$(".draft")).length === 3, "three files were kept");
     expect((await page.$$(".composer-errors[role=alert]")).length === 1, "the errors are announced");
+    // The kept files upload at once: let them finish, so that their POSTs to S3 are not counted
+    // as the next check's.
+    await page.waitForFunction(() => document.querySelectorAll(".draft.draft-done, .draft.draft-error").length === 3, null, { timeout: 30_000 });
     for (let i = 0; i < 3; i++) await page.click(".draft button[aria-label^='Remove']");
     await page.waitForFunction(() => document.querySelectorAll(".draft").length === 0);
   });
@@ -722,6 +725,106 @@ async function flow(browser) {
     expect(texts.filter((t) => t === full).length === 1, "the reply is shown once");
     report.facts.reloadResume = { lastEventId: resume.lastEventId, restoredChars: restored.length };
   });
+
+  // ------------------------------------------------------------ a second tab on the same conversation
+  // Same user, its own browser context (its own sessionStorage, as another tab or device has):
+  // it follows the conversation's thread stream.
+  const second = await newPage(browser, DESKTOP);
+  const p2 = second.page;
+  const threadStreams = [];
+  p2.on("request", (request) => {
+    const path = new URL(request.url()).pathname;
+    if (/^\/api\/v1\/agent\/threads\/[^/]+\/events$/.test(path)) threadStreams.push({ path, lastEventId: request.headers()["last-event-id"] ?? null });
+  });
+  const userTexts = (p) => p.$$eval(".msg-user .msg-text", (els) => els.map((e) => e.textContent));
+  const status = (p) => p.getAttribute(".run-status", "data-status");
+
+  await step("a second tab on the conversation shows a run started in the first as it streams, and neither shows it twice", async () => {
+    await p2.goto(`${ORIGIN}/#token=${TOKEN}`);
+    await p2.waitForSelector("html[data-ready] .thread-list");
+    const streamPath = `/api/v1/agent/threads/${encodeURIComponent(mainThread)}/events`;
+    await Promise.all([
+      p2.waitForResponse((r) => new URL(r.url()).pathname === streamPath && r.status() === 200),
+      p2.click(`.thread[data-thread="${mainThread}"]`),
+    ]);
+    // The conversation so far, from history: the first tab's last reply.
+    const before = await lastAssistant(page);
+    await p2.waitForFunction((want) => [...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent === want, before);
+    const text = `/slow ${words("s", 16)}`;
+    const full = `You said: ${text}`;
+    let partial = null;
+    const texts = await recordStream(p2, async () => {
+      await send(page, text);
+      // The question, then the reply growing, while the first tab's run still streams.
+      await p2.waitForFunction((want) => [...document.querySelectorAll(".msg-user .msg-text")].at(-1)?.textContent === want, text);
+      await p2.waitForFunction(() => / s5 /.test([...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent ?? ""));
+      partial = await lastAssistant(p2);
+      const first = await lastAssistant(page);
+      expect((await status(page)) === "streaming" && first.length < full.length, `the first tab's run was still streaming: ${first}`);
+      expect((await status(p2)) === "streaming", `the second tab says the agent is replying: ${await status(p2)}`);
+      await shot(p2, "desktop-second-tab");
+      await replyIs(page, full);
+      await replyIs(p2, full);
+    });
+    expect(full.startsWith(partial) && partial.length < full.length, `the second tab showed part of the reply first: ${partial}`);
+    const growing = texts.filter((t) => full.startsWith(t) && t.length > "You said: /slow ".length);
+    expect(growing.length >= 4, `the reply grew in ${growing.length} steps in the second tab: ${JSON.stringify(texts)}`);
+    expect(growing.every((t, i) => i === 0 || t.startsWith(growing[i - 1])), "each step extends the previous text");
+    for (const [name, p] of [["first", page], ["second", p2]]) {
+      expect((await userTexts(p)).filter((t) => t === text).length === 1, `the question is shown once in the ${name} tab`);
+      expect((await assistantTexts(p)).filter((t) => t === full).length === 1, `the reply is shown once in the ${name} tab`);
+    }
+    report.facts.secondTab = { streamSteps: growing.length, shownWhileStreaming: partial.length };
+  });
+
+  await step("the second tab's thread stream resumes after a drop with Last-Event-ID, nothing twice", async () => {
+    const text = `/slow ${words("x", 16)}`;
+    const full = `You said: ${text}`;
+    await send(page, text);
+    await p2.waitForFunction(() => / x3 /.test([...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent ?? ""));
+    const before = threadStreams.length;
+    await second.context.setOffline(true);
+    dropGatewayConnections();
+    await p2.waitForSelector('.run-status[data-status="reconnecting"]');
+    const partial = await lastAssistant(p2);
+    await second.context.setOffline(false);
+    await replyIs(p2, full);
+    await replyIs(page, full);
+    const resume = threadStreams.slice(before)[0];
+    const cursor = /^[0-9a-f-]{36}:(\d+)$/.exec(resume?.lastEventId ?? "");
+    expect(cursor && Number(cursor[1]) > 2, `the thread stream resumed after an event it had: ${JSON.stringify(resume)}`);
+    expect(full.startsWith(partial), `what was shown before the drop is kept: ${partial}`);
+    for (const [name, p] of [["first", page], ["second", p2]]) {
+      expect((await userTexts(p)).filter((t) => t === text).length === 1, `the question is shown once in the ${name} tab`);
+      expect((await assistantTexts(p)).filter((t) => t === full).length === 1, `the reply is shown once in the ${name} tab`);
+    }
+    report.facts.threadResume = { lastEventId: resume.lastEventId, shownBeforeDrop: partial.length };
+  });
+
+  await step("a question asked in one tab is shown in the other, which can answer it", async () => {
+    const question = "Ship it from the other tab?";
+    await send(page, `/ask binary_choice:120 ${question}`);
+    const card = page.locator('form.prompt[data-input-type="binary_choice"]').last();
+    const card2 = p2.locator('form.prompt[data-input-type="binary_choice"]').last();
+    await card.waitFor();
+    await card2.waitFor();
+    expect((await card2.locator(".prompt-question").textContent()) === question, "the second tab shows the question");
+    await p2.waitForFunction(() => document.querySelector(".run-status")?.getAttribute("data-status") === "idle");
+    await card2.locator("button", { hasText: "Continue" }).click();
+    await replyIs(p2, "You answered: continue");
+    await replyIs(page, "You answered: continue");
+    expect((await card2.locator(".prompt-state").textContent()) === "You answered: Continue", "the answering tab shows the answer");
+    const elsewhere = await card.locator(".prompt-state").textContent();
+    expect(elsewhere === "Answered in another tab or on another device.", `the asking tab's card says it was answered elsewhere: ${elsewhere}`);
+    await page.fill("#message-text", "ready");
+    expect(!(await page.isDisabled("button.send")) && (await page.locator(".composer-hint").count()) === 0, "the asking tab can send again");
+    await page.fill("#message-text", "");
+    for (const [name, p] of [["first", page], ["second", p2]]) {
+      expect((await assistantTexts(p)).filter((t) => t === "You answered: continue").length >= 1, `the reply is shown in the ${name} tab`);
+      expect((await p.locator("form.prompt .prompt-question", { hasText: question }).count()) === 1, `the question is shown once in the ${name} tab`);
+    }
+  });
+  await second.context.close();
 
   await step("history after a reload shows the same conversation with working file links", async () => {
     const shownBefore = await transcript();

@@ -1,15 +1,27 @@
 // The chat's state and everything that changes it: sign-in, the thread list, history day by
 // day, uploads, runs streamed through AG-UI's HttpAgent (resumed after a drop or a reload),
-// prompts and their answers. The view (ui/) only reads `state` and calls these methods.
+// prompts and their answers, and the runs other tabs and devices start on the open
+// conversation (its thread stream, thread.ts). The view (ui/) only reads `state` and `items`
+// and calls these methods.
+//
+// Nothing shows twice. A run started in this tab (or joined after a reload) is streamed from its
+// own request (the AG-UI POST, or `runs/{runId}/events` with Last-Event-ID): its id is in
+// `ownRuns` before the request goes, and the thread stream's events of that run are dropped (the
+// thread stream's ids are `<taskId>:<seq>`; the task's run id comes with its RUN_STARTED or
+// RUN_FINISHED). Every other run of the thread is applied from the thread stream, from its
+// RUN_STARTED (whose input carries the user's message) on; a run replayed from its start after
+// a fresh snapshot replaces what was shown of it. History and the live items share message
+// ids: a message or a run the live items show is left out of the history shown (`items`).
 
-import { buildResumeArray } from "@ag-ui/client";
-import type { AgentSubscriber, BaseEvent, Interrupt, RunAgentInput } from "@ag-ui/client";
+import { buildResumeArray, EventType } from "@ag-ui/client";
+import type { AGUIEvent, AgentSubscriber, BaseEvent, ContentPart, Interrupt, Message, RunAgentInput, RunStartedEvent } from "@ag-ui/client";
 import type { RunAgentParameters } from "@ag-ui/client";
 
 import { SwitchboardAgent, type ResumePoint } from "./agent";
 import { Api, ApiError } from "./api";
 import { session, tokenFromFragment } from "./session";
-import type { GeneratedFile, HistoryDay, HistoryMessage, PromptInterrupt, StoredAttachment, ThreadSummary, UiSchemaRenderer } from "./types";
+import { taskOf, ThreadFeed, type FeedState, type ThreadFrame } from "./thread";
+import type { CustomValues, GeneratedFile, HistoryDay, HistoryMessage, Prompt, PromptInterrupt, StoredAttachment, ThreadSummary, UiSchemaRenderer } from "./types";
 import { compileHints } from "./uischema";
 import { checkSelection, FILE_TYPES, uploadError, uploadFile, type UploadPhase } from "./upload";
 
@@ -36,7 +48,8 @@ export interface Step {
 
 export interface PromptState {
   interrupt: PromptInterrupt;
-  status: "pending" | "sending" | "answered" | "dismissed" | "timed_out";
+  /** `elsewhere`: another tab or device went on with the thread (answered it). */
+  status: "pending" | "sending" | "answered" | "dismissed" | "timed_out" | "elsewhere";
   answer?: string;
   error?: string;
 }
@@ -68,6 +81,7 @@ interface RunState {
 /** What the tab keeps (sessionStorage) about a thread's runs since the last settled one. */
 interface Live {
   threadId: string;
+  /** The runs this tab streams itself (their items are kept; runs from elsewhere are not). */
   runIds: string[];
   items: ChatItem[];
   run: RunState | null;
@@ -136,6 +150,21 @@ export class Chat {
   private liveState: Live | null = null;
   /** Bumped when the open thread changes: loops of the previous one stop. */
   private generation = 0;
+  /** The open thread's stream: runs started in other tabs and on other devices. */
+  private feed: ThreadFeed | null = null;
+  private feedDown = false;
+  /** Runs of the open thread this tab streams itself: the thread stream's copies are dropped. */
+  private ownRuns = new Set<string>();
+  /** Runs from elsewhere whose items are live (never saved: a reload gets them again). */
+  private foreignRuns = new Set<string>();
+  /** Those of them shown from their first event: history's copy of them is left out. */
+  private replayedRuns = new Set<string>();
+  /** The run id of each task seen on the thread stream (its events carry only the task id). */
+  private tasks = new Map<string, string>();
+  /** The run from elsewhere being shown as it streams. */
+  private watched: RunState | null = null;
+  /** The open thread's first page of history (a snapshot of the thread is compared with it). */
+  private historyLoaded: Promise<void> = Promise.resolve();
 
   subscribe(listener: () => void): () => void {
     this.listeners.add(listener);
@@ -149,6 +178,19 @@ export class Chat {
 
   private announce(text: string): void {
     this.set({ announcement: text });
+  }
+
+  /**
+   * The conversation as shown: history, then the live items. A message the live items show (by
+   * id), or any message of a run they show from its first event, is left out of history, which
+   * may hold part of it (history is written as a run streams).
+   */
+  get items(): ChatItem[] {
+    const { history, live } = this.state;
+    if (live.length === 0) return history;
+    const keys = new Set(live.map((i) => i.key));
+    const runs = new Set([...(this.liveState?.runIds ?? []), ...this.replayedRuns]);
+    return [...history.filter((i) => !keys.has(i.key) && !(i.runId !== undefined && runs.has(i.runId))), ...live];
   }
 
   // ------------------------------------------------------------------ sign-in
@@ -183,6 +225,7 @@ export class Chat {
   signOut(reason: string | null = null): void {
     this.generation += 1;
     this.agent?.abortRun();
+    this.stopFeed();
     session.clear();
     this.api = null;
     this.agent = null;
@@ -204,6 +247,7 @@ export class Chat {
     }
   }
 
+  /** A new conversation: its thread stream opens once its first run has started (until then the thread is empty). */
   newThread(): void {
     this.leaveThread();
     const threadId = uuid();
@@ -218,7 +262,20 @@ export class Chat {
     this.agent?.abortRun();
     this.agent = null;
     this.liveState = null;
+    this.stopFeed();
     this.set({ runStatus: null });
+  }
+
+  private stopFeed(): void {
+    this.feed?.stop();
+    this.feed = null;
+    this.feedDown = false;
+    this.ownRuns = new Set();
+    this.foreignRuns = new Set();
+    this.replayedRuns = new Set();
+    this.tasks = new Map();
+    this.watched = null;
+    this.historyLoaded = Promise.resolve();
   }
 
   async openThread(threadId: string): Promise<void> {
@@ -229,19 +286,27 @@ export class Chat {
     this.agent = new SwitchboardAgent(this.api.token, threadId);
     const live = session.live<Live>(threadId);
     this.liveState = live;
+    this.ownRuns = new Set(live?.runIds ?? []);
     this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, dayCursor: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [] });
-    try {
-      const day = await this.api.historyDay(threadId);
-      if (generation !== this.generation) return;
-      this.set({ history: this.fromHistory(day), oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore, historyLoading: false });
-    } catch (error) {
-      if (generation !== this.generation) return;
-      if (error instanceof ApiError && error.status === 404) {
-        this.set({ historyLoading: false }); // a thread with nothing stored yet
-      } else {
-        this.set({ historyLoading: false, historyError: `Could not load this conversation: ${messageOf(error)}` });
+    const api = this.api;
+    this.historyLoaded = (async () => {
+      try {
+        const day = await api.historyDay(threadId);
+        if (generation !== this.generation) return;
+        this.set({ history: this.fromHistory(day), oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore, historyLoading: false });
+      } catch (error) {
+        if (generation !== this.generation) return;
+        if (error instanceof ApiError && error.status === 404) {
+          this.set({ historyLoading: false }); // a thread with nothing stored yet
+        } else {
+          this.set({ historyLoading: false, historyError: `Could not load this conversation: ${messageOf(error)}` });
+        }
       }
-    }
+    })();
+    // Runs started elsewhere on this conversation, from now on (and the one under way).
+    this.openFeed();
+    await this.historyLoaded;
+    if (generation !== this.generation) return;
     // A run this tab was following before the reload: join it after the last event applied.
     if (live?.run && !live.run.terminal) void this.follow(live.run, null);
     for (const item of live?.items ?? []) {
@@ -283,6 +348,7 @@ export class Chat {
       } else if (message.role === "tool" && message.toolCallId && steps.has(message.toolCallId)) {
         const step = steps.get(message.toolCallId)!;
         step.result = text;
+        step.resultMessageId = message.id;
         step.status = "done";
         step.ui = message.uiSchema ?? null;
       } else {
@@ -370,6 +436,7 @@ export class Chat {
     const runId = uuid();
     const messageId = uuid();
     const run: RunState = { runId, cursor: 0, started: false, terminal: false };
+    this.ownRuns.add(runId);
     this.settleLive();
     this.liveState = {
       threadId,
@@ -387,7 +454,8 @@ export class Chat {
 
   /** Stop: asks the server to cancel; the stream then ends with RUN_ERROR `cancelled`. */
   async stop(): Promise<void> {
-    const run = this.liveState?.run;
+    // This tab's run, or one started elsewhere that this tab shows.
+    const run = this.ownRunActive ? this.liveState!.run : this.watched;
     if (!this.api || !run || run.terminal) return;
     this.set({ runStatus: "stopping" });
     try {
@@ -408,6 +476,7 @@ export class Chat {
     this.updatePrompt(key, { status: "sending", answer: label ?? undefined, error: undefined });
     const runId = uuid();
     const run: RunState = { runId, cursor: 0, started: false, terminal: false };
+    this.ownRuns.add(runId);
     live.runIds.push(runId);
     live.run = run;
     this.publishLive();
@@ -428,11 +497,14 @@ export class Chat {
     this.updatePrompt(key, { status: "timed_out", error });
     if (this.agent) this.agent.pendingInterrupts = [];
     const runId = `${item.prompt.interrupt.id}-timeout`;
+    this.announce(error);
+    // Already shown from the thread stream: nothing more to follow.
+    if (this.foreignRuns.has(runId)) return;
+    this.ownRuns.add(runId);
     if (!live.runIds.includes(runId)) live.runIds.push(runId);
     const run: RunState = { runId, cursor: 0, started: false, terminal: false, awaited: true };
     live.run = run;
     this.publishLive();
-    this.announce(error);
     void this.follow(run, null);
   }
 
@@ -451,13 +523,16 @@ export class Chat {
       onEvent: ({ event }) => {
         const number = agent.nextEventNumber();
         if (number === null || generation !== this.generation) return;
+        const first = !run.started;
         run.cursor = number;
         run.started = true;
         const asked = promptKey ? this.liveState?.items.find((i) => i.key === promptKey)?.prompt : undefined;
         if (asked?.status === "sending") this.updatePrompt(promptKey!, { status: asked.answer === undefined ? "dismissed" : "answered" });
-        this.apply(run, event);
+        this.apply(run, event as AGUIEvent);
         if (this.state.runStatus !== "stopping" && !run.terminal) this.set({ runStatus: "streaming" });
         this.publishLive();
+        // The thread has a run now: its stream can open (a new thread's answers 404 until then).
+        if (first) this.openFeed();
       },
     };
     this.set({ runStatus: starting ? "sending" : "streaming" });
@@ -501,7 +576,7 @@ export class Chat {
       await waitToRetry(attempt);
       if (generation !== this.generation) return;
     }
-    this.set({ runStatus: null });
+    this.set({ runStatus: this.watchedStatus() });
     this.publishLive();
     if (run.terminal && !this.pendingPrompt && this.liveState) {
       // Settled: history now holds every message of these runs.
@@ -552,7 +627,10 @@ export class Chat {
     if (this.liveState) {
       session.setLive(threadId, null);
       this.liveState = null;
-      this.set({ live: [] });
+      this.foreignRuns = new Set();
+      this.replayedRuns = new Set();
+      this.watched = null;
+      this.set({ live: [], runStatus: null });
     }
     try {
       const day = await this.api.historyDay(threadId);
@@ -564,15 +642,19 @@ export class Chat {
 
   /** Moves the items of settled runs into the history list before a new turn. */
   private settleLive(): void {
-    if (this.liveState) this.set({ history: [...this.state.history, ...this.liveState.items] });
+    if (this.liveState) this.set({ history: this.items, live: [] });
     this.liveState = null;
+    this.foreignRuns = new Set();
+    this.replayedRuns = new Set();
   }
 
+  /** Shows the live items and saves those of this tab's runs for a reload. */
   private publishLive(): void {
     const live = this.liveState;
     if (!live) return;
     live.items = [...live.items];
-    session.setLive(live.threadId, live);
+    const foreign = this.foreignRuns;
+    session.setLive(live.threadId, foreign.size === 0 ? live : { ...live, items: live.items.filter((i) => !(i.runId !== undefined && foreign.has(i.runId))) });
     this.set({ live: live.items });
   }
 
@@ -588,13 +670,173 @@ export class Chat {
     this.publishLive();
   }
 
+  // ------------------------------------------------------------------ the thread stream
+
+  /** Opens the open thread's stream, or asks it to try now if it waits (the thread was empty). */
+  private openFeed(): void {
+    const threadId = this.state.threadId;
+    if (!this.api || !threadId) return;
+    if (this.feed?.threadId === threadId) {
+      this.feed.kick();
+      return;
+    }
+    this.feed?.stop();
+    const generation = this.generation;
+    const feed = new ThreadFeed(this.api.token, threadId, {
+      onFrame: (frame) => {
+        if (generation === this.generation) this.onThreadFrame(frame);
+      },
+      onState: (state) => {
+        if (generation === this.generation) this.onFeedState(state);
+      },
+      onUnauthorized: () => this.signOut("Your session has expired or the token was refused. Sign in again."),
+    });
+    this.feed = feed;
+    feed.start();
+  }
+
+  private get ownRunActive(): boolean {
+    const run = this.liveState?.run;
+    return !!run && !run.terminal;
+  }
+
+  /** The status while no run of this tab's own streams: that of a run from elsewhere, if one does. */
+  private watchedStatus(): RunStatus {
+    if (!this.watched) return null;
+    return this.feedDown ? "reconnecting" : "streaming";
+  }
+
+  private onFeedState(state: FeedState): void {
+    this.feedDown = state === "down";
+    if (!this.watched || this.ownRunActive || this.state.runStatus === "stopping") return;
+    this.set({ runStatus: this.watchedStatus() });
+    if (state === "down") this.announce("Connection lost, reconnecting");
+  }
+
+  /** One event of the thread stream. */
+  private onThreadFrame({ id, event }: ThreadFrame): void {
+    if (event.type === EventType.MESSAGES_SNAPSHOT) {
+      void this.catchUp(event.messages);
+      return;
+    }
+    const task = taskOf(id);
+    if (!task) return; // the snapshot's other events (STATE_SNAPSHOT): this client shows no agent state
+    if (event.type === EventType.RUN_STARTED || event.type === EventType.RUN_FINISHED) this.tasks.set(task, event.runId);
+    const runId = this.tasks.get(task);
+    // This tab's own runs come on their own streams: their copies here are dropped.
+    if (runId === undefined || this.ownRuns.has(runId)) return;
+    let run = this.watched?.runId === runId ? this.watched : null;
+    if (event.type === EventType.RUN_STARTED) {
+      // The continuation the server starts when a question shown here times out: this tab
+      // follows it as its own (it may start before this tab's clock says the time is up).
+      const expired = this.liveState?.items.find((i) => i.prompt?.status === "pending" && `${i.prompt.interrupt.id}-timeout` === runId);
+      if (expired) {
+        this.promptExpired(expired.key);
+        if (this.ownRuns.has(runId)) return;
+      }
+      run = this.watchRun(runId, event);
+    } else if (!run && event.type === EventType.RUN_FINISHED) {
+      // Joined while the thread's last run waits on a question: its last event, the question.
+      run = this.watchRun(runId, null);
+    }
+    if (!run) return;
+    this.apply(run, event);
+    if (run.terminal) {
+      if (this.watched === run) this.watched = null;
+      if (!this.ownRunActive) this.set({ runStatus: null });
+      void this.loadThreads();
+    } else if (!this.ownRunActive && this.state.runStatus !== "stopping") {
+      this.set({ runStatus: this.watchedStatus() });
+    }
+    this.publishLive();
+  }
+
+  /**
+   * Shows a run started elsewhere: from its RUN_STARTED (`started`; the user's message is in
+   * its input), or only its last event (`null`), the question of the thread's waiting prompt.
+   */
+  private watchRun(runId: string, started: RunStartedEvent | null): RunState {
+    const threadId = this.state.threadId!;
+    const run: RunState = { runId, cursor: 0, started: true, terminal: false };
+    if (started) {
+      // The thread went on elsewhere: a question still open here was answered there.
+      if (this.liveState) {
+        const live = this.liveState;
+        live.items = live.items.map((i) => (i.prompt?.status === "pending" ? { ...i, prompt: { ...i.prompt, status: "elsewhere" } } : i));
+        this.publishLive();
+      }
+      if (this.agent) this.agent.pendingInterrupts = [];
+      // This tab's runs before it are settled: they go to history, so that a reload (which
+      // gets this run from history) still shows them before it.
+      if (!this.ownRunActive && !this.replayedRuns.has(runId)) this.settleLive();
+    }
+    const live = (this.liveState ??= { threadId, runIds: [], items: [], run: null });
+    this.foreignRuns.add(runId);
+    if (!started) return run;
+    this.replayedRuns.add(runId);
+    // From its first event (again, after a fresh snapshot): what was shown of it is replaced.
+    live.items = live.items.filter((i) => i.runId !== runId);
+    for (const message of started.input?.messages ?? []) {
+      // A resent conversation's messages are shown already; the turn's own is new.
+      if (message.role !== "user" || this.showsElsewhere(message.id, runId)) continue;
+      const { text, files } = userTurn(message.content);
+      live.items.push({ key: message.id, role: "user", text, files, runId, day: today() });
+      if (this.state.history.length === 0 && live.items.length === 1) {
+        // The conversation's first message: its title, as in the tab that sent it.
+        session.setTitle(threadId, text || files[0]?.name || "Conversation");
+        this.set({ titles: session.titles() });
+      }
+    }
+    this.watched = run;
+    return run;
+  }
+
+  /** Whether message `id` is shown, other than as part of run `runId`. */
+  private showsElsewhere(id: string, runId: string): boolean {
+    return this.liveState?.items.some((i) => i.key === id) === true || this.state.history.some((i) => i.key === id && i.runId !== runId);
+  }
+
+  /**
+   * The thread's snapshot (on opening, and after a reconnect the server could not resume): if
+   * its last message is not shown as it is there (a run ended between the history page and the
+   * stream), history's latest page is read again and merged in.
+   */
+  private async catchUp(messages: Message[]): Promise<void> {
+    const generation = this.generation;
+    await this.historyLoaded;
+    const threadId = this.state.threadId;
+    const last = messages.at(-1);
+    if (generation !== this.generation || !this.api || !threadId || !last || this.shows(last)) return;
+    try {
+      const day = await this.api.historyDay(threadId);
+      if (generation !== this.generation) return;
+      const fresh = this.fromHistory(day);
+      const byKey = new Map(fresh.map((i) => [i.key, i]));
+      const history = this.state.history.map((i) => byKey.get(i.key) ?? i);
+      const had = new Set(history.map((i) => i.key));
+      history.push(...fresh.filter((i) => !had.has(i.key)));
+      const first = this.state.history.length === 0;
+      this.set(first ? { history, oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore } : { history });
+    } catch {
+      // The next snapshot, or a reload, tries again.
+    }
+  }
+
+  /** Whether `message` of a snapshot is shown, with the same text for the agent's. */
+  private shows(message: Message): boolean {
+    for (const item of this.items) {
+      if (item.key === message.id) return message.role !== "assistant" || (message.content ?? "") === item.text || !!item.steps?.length;
+      if (item.steps?.some((s) => s.resultMessageId === message.id)) return true;
+    }
+    return false;
+  }
+
   // ------------------------------------------------------------------ AG-UI events
 
   /** Applies one AG-UI event of `run` to the live items. */
-  private apply(run: RunState, event: BaseEvent): void {
+  private apply(run: RunState, event: AGUIEvent): void {
     const live = this.liveState;
     if (!live) return;
-    const e = event as BaseEvent & Record<string, any>;
     const item = (key: string): ChatItem => {
       let found = live.items.find((i) => i.key === key);
       if (!found) {
@@ -627,57 +869,63 @@ export class Chat {
     const closeAll = () => {
       live.items = live.items.map((i) => (i.runId === run.runId && i.streaming ? { ...i, streaming: false } : i));
     };
-    switch (e.type) {
-      case "TEXT_MESSAGE_START":
-        replace(item(e.messageId), { streaming: true });
+    switch (event.type) {
+      case EventType.TEXT_MESSAGE_START:
+        replace(item(event.messageId), { streaming: true });
         break;
-      case "TEXT_MESSAGE_CONTENT": {
-        const target = item(e.messageId);
-        replace(target, { text: target.text + e.delta, streaming: true });
-        break;
-      }
-      case "TEXT_MESSAGE_END":
-        replace(item(e.messageId), { streaming: false });
-        break;
-      case "TOOL_CALL_START": {
-        const owner = e.parentMessageId ? item(e.parentMessageId) : lastAssistant();
-        replace(owner, { steps: [...(owner.steps ?? []), { id: e.toolCallId, kind: "tool", name: e.toolCallName, args: "", status: "running" }] });
+      case EventType.TEXT_MESSAGE_CONTENT: {
+        const target = item(event.messageId);
+        replace(target, { text: target.text + event.delta, streaming: true });
         break;
       }
-      case "TOOL_CALL_ARGS":
-        updateStep(e.toolCallId, (s) => ({ args: s.args + e.delta }));
+      case EventType.TEXT_MESSAGE_END:
+        replace(item(event.messageId), { streaming: false });
         break;
-      case "TOOL_CALL_END":
-        updateStep(e.toolCallId, () => ({ status: "called" }));
+      case EventType.TOOL_CALL_START: {
+        const owner = event.parentMessageId ? item(event.parentMessageId) : lastAssistant();
+        replace(owner, { steps: [...(owner.steps ?? []), { id: event.toolCallId, kind: "tool", name: event.toolCallName, args: "", status: "running" }] });
         break;
-      case "TOOL_CALL_RESULT":
-        updateStep(e.toolCallId, () => ({ status: "done", result: e.content, resultMessageId: e.messageId }));
+      }
+      case EventType.TOOL_CALL_ARGS: {
+        const delta = event.delta;
+        updateStep(event.toolCallId, (s) => ({ args: s.args + delta }));
         break;
-      case "STEP_STARTED": {
+      }
+      case EventType.TOOL_CALL_END:
+        updateStep(event.toolCallId, () => ({ status: "called" }));
+        break;
+      case EventType.TOOL_CALL_RESULT: {
+        const { content, messageId } = event;
+        updateStep(event.toolCallId, () => ({ status: "done", result: typeof content === "string" ? content : JSON.stringify(content), resultMessageId: messageId }));
+        break;
+      }
+      case EventType.STEP_STARTED: {
         const owner = lastAssistant();
-        const id = `step:${e.stepName}:${owner.steps?.length ?? 0}`;
-        replace(owner, { steps: [...(owner.steps ?? []), { id, kind: "step", name: e.stepName, args: "", status: "running" }] });
+        const id = `step:${event.stepName}:${owner.steps?.length ?? 0}`;
+        replace(owner, { steps: [...(owner.steps ?? []), { id, kind: "step", name: event.stepName, args: "", status: "running" }] });
         break;
       }
-      case "STEP_FINISHED":
+      case EventType.STEP_FINISHED:
         for (const owner of live.items) {
-          const step = owner.steps?.find((s) => s.kind === "step" && s.name === e.stepName && s.status === "running");
+          const step = owner.steps?.find((s) => s.kind === "step" && s.name === event.stepName && s.status === "running");
           if (step) {
             updateStep(step.id, () => ({ status: "done" }));
             break;
           }
         }
         break;
-      case "CUSTOM":
-        this.applyCustom(run, e.name, e.value, item, replace, updateStep);
+      case EventType.CUSTOM:
+        this.applyCustom(run, event.name, event.value as unknown, item, replace, updateStep);
         break;
-      case "RUN_FINISHED": {
+      case EventType.RUN_FINISHED: {
         run.terminal = true;
         closeAll();
-        const outcome = e.outcome as { type?: string; interrupts?: PromptInterrupt[] } | undefined;
-        if (outcome?.type === "interrupt") {
-          for (const interrupt of outcome.interrupts ?? []) {
-            live.items.push({ key: `prompt:${interrupt.id}`, role: "prompt", text: interrupt.message ?? "", runId: run.runId, day: today(), prompt: { interrupt, status: "pending" } });
+        if (event.outcome?.type === "interrupt") {
+          for (const interrupt of event.outcome.interrupts) {
+            const key = `prompt:${interrupt.id}`;
+            // Once: a tab that saw the question come may be sent it again (a fresh snapshot).
+            if (live.items.some((i) => i.key === key)) continue;
+            live.items.push({ key, role: "prompt", text: interrupt.message ?? "", runId: run.runId, day: today(), prompt: { interrupt: promptInterrupt(interrupt), status: "pending" } });
           }
           this.announce("The agent asks you a question");
         } else {
@@ -685,14 +933,14 @@ export class Chat {
         }
         break;
       }
-      case "RUN_ERROR":
+      case EventType.RUN_ERROR:
         run.terminal = true;
         closeAll();
-        if (e.code === "cancelled") {
+        if (event.code === "cancelled") {
           live.items.push({ key: `notice:${run.runId}:stopped`, role: "notice", level: "info", text: "Stopped: the agent was cancelled before it finished.", runId: run.runId, day: today() });
           this.announce("Stopped");
         } else {
-          live.items.push({ key: `notice:${run.runId}:error`, role: "notice", level: "error", text: `The run failed: ${e.message ?? e.code ?? "unknown error"}`, runId: run.runId, day: today() });
+          live.items.push({ key: `notice:${run.runId}:error`, role: "notice", level: "error", text: `The run failed: ${event.message || event.code || "unknown error"}`, runId: run.runId, day: today() });
           this.announce("The run failed");
         }
         break;
@@ -704,13 +952,13 @@ export class Chat {
   private applyCustom(
     run: RunState,
     name: string,
-    value: any,
+    value: unknown,
     item: (key: string) => ChatItem,
     replace: (target: ChatItem, patch: Partial<ChatItem>) => void,
     updateStep: (id: string, patch: (step: Step) => Partial<Step>) => void,
   ): void {
     const live = this.liveState!;
-    if (name === "ui_hints" && value?.messageId) {
+    if (name === "ui_hints" && isCustom("ui_hints", value)) {
       const schema = compileHints(value.hints);
       if (!schema) return;
       const owner = live.items.find((i) => i.steps?.some((s) => s.resultMessageId === value.messageId));
@@ -721,10 +969,10 @@ export class Chat {
         const target = item(value.messageId);
         replace(target, { ui: [...(target.ui ?? []), schema] });
       }
-    } else if (name === "attachments" && value?.messageId && Array.isArray(value.files)) {
+    } else if (name === "attachments" && isCustom("attachments", value)) {
       const target = item(value.messageId);
       replace(target, { files: [...(target.files ?? []), ...value.files.map(generatedFile)] });
-    } else if (name === "interaction_timeout" && value?.promptId) {
+    } else if (name === "interaction_timeout" && isCustom("interaction_timeout", value)) {
       const prompt = live.items.find((i) => i.prompt?.interrupt.id === value.promptId);
       if (prompt?.prompt) {
         replace(prompt, { prompt: { ...prompt.prompt, status: "timed_out", error: value.error ?? prompt.prompt.error } });
@@ -733,6 +981,56 @@ export class Chat {
       }
     }
   }
+}
+
+/** Whether a CUSTOM event's value has the shape its name promises (types.ts, `CustomValues`). */
+function isCustom<N extends keyof CustomValues>(name: N, value: unknown): value is CustomValues[N] {
+  if (typeof value !== "object" || value === null) return false;
+  const fields = value as Record<string, unknown>;
+  switch (name) {
+    case "ui_hints":
+      return typeof fields.messageId === "string" && typeof fields.hints === "object" && fields.hints !== null;
+    case "attachments":
+      return typeof fields.messageId === "string" && Array.isArray(fields.files);
+    case "interaction_timeout":
+      return typeof fields.promptId === "string";
+    default:
+      return false;
+  }
+}
+
+/** An AG-UI interrupt as Switchboard sends it: its prompt in `metadata.prompt`. */
+function promptInterrupt(interrupt: Interrupt): PromptInterrupt {
+  const prompt: unknown = interrupt.metadata?.prompt;
+  return {
+    id: interrupt.id,
+    reason: interrupt.reason,
+    message: interrupt.message,
+    responseSchema: interrupt.responseSchema,
+    expiresAt: interrupt.expiresAt,
+    metadata: typeof prompt === "object" && prompt !== null ? { prompt: prompt as Prompt } : undefined,
+  };
+}
+
+/** A user message of a run's input: its text and the files it points at. */
+function userTurn(content: string | ContentPart[]): { text: string; files: FileRef[] } {
+  if (typeof content === "string") return { text: content, files: [] };
+  const text: string[] = [];
+  const files: FileRef[] = [];
+  for (const part of content) {
+    if (part.type === "text") text.push(part.text);
+    else if (part.source.type === "url") {
+      const mimeType = part.source.mimeType;
+      const filename: unknown = part.metadata?.filename;
+      files.push({
+        name: typeof filename === "string" ? filename : (part.source.value.split("/").pop() ?? part.source.value),
+        contentUrl: part.source.value,
+        mimeType,
+        icon: mimeType ? FILE_TYPES[mimeType]?.icon : undefined,
+      });
+    }
+  }
+  return { text: text.join("\n"), files };
 }
 
 function userFiles(message: HistoryMessage): FileRef[] {

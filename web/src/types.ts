@@ -162,3 +162,13 @@ export interface PromptInterrupt {
   expiresAt?: string;
   metadata?: { prompt?: Prompt };
 }
+
+/** The values of the CUSTOM events the client shows, by event name. */
+export interface CustomValues {
+  /** Card hints for a message (or a tool result's message). */
+  ui_hints: { messageId: string; hints: UiHints };
+  /** Files the agent made, shown with a message. */
+  attachments: { messageId: string; files: GeneratedFile[] };
+  /** A prompt's time ran out. */
+  interaction_timeout: { promptId: string; error?: string };
+}

@@ -22,7 +22,7 @@ export function App({ chat }: { chat: Chat }) {
   const stick = useRef(true);
   const firstKey = useRef<string | null>(null);
   const lastHeight = useRef(0);
-  const items = [...state.history, ...state.live];
+  const items = chat.items;
 
   // Follow the conversation while the reader is at the bottom; keep the place when earlier
   // days are put above.

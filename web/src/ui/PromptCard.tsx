@@ -198,6 +198,7 @@ export function PromptCard({ item, disabled, onAnswer, onExpire }: Props) {
       {state.status === "sending" && <p class="prompt-state">Sending your answer…</p>}
       {state.status === "answered" && <p class="prompt-state">You answered: {state.answer}</p>}
       {state.status === "dismissed" && <p class="prompt-state">You dismissed this question.</p>}
+      {state.status === "elsewhere" && <p class="prompt-state">Answered in another tab or on another device.</p>}
       {state.status === "timed_out" && (
         <p class="prompt-expired" role="alert">
           {state.error}
