@@ -80,6 +80,9 @@ pub struct Options {
     /// Bytes of runs one owner may start per day across the runs replicas
     /// (`SB_RUNS_OWNER_BYTES_PER_DAY`; 1 TiB by default here, so no other test meets it).
     pub runs_owner_bytes_per_day: u64,
+    /// Bytes of run events one owner's runs may produce per day across the workers
+    /// (`SB_WORKER_OWNER_EVENT_BYTES_PER_DAY`; 1 TiB by default here).
+    pub worker_event_bytes_per_day: u64,
 }
 
 impl Default for Options {
@@ -106,6 +109,7 @@ impl Default for Options {
             agents_file: None,
             worker_test_agents: true,
             runs_owner_bytes_per_day: 1 << 40,
+            worker_event_bytes_per_day: 1 << 40,
         }
     }
 }
@@ -229,6 +233,7 @@ impl TestPlatform {
             extraction: worker::attachments::ExtractionConfig::default(),
             agents_file: options.agents_file.clone(),
             test_agents: options.worker_test_agents,
+            owner_event_bytes_per_day: options.worker_event_bytes_per_day,
         };
         let worker = worker::Application::build(worker_config.clone()).await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");

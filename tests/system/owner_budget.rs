@@ -272,3 +272,79 @@ async fn an_owners_bytes_per_day_hold_fleet_wide_with_three_runs_replicas() {
         );
     }
 }
+
+/// The run's events over SSE (posted with `Accept: text/event-stream`), to its end.
+async fn streamed_run(platform: &TestPlatform, token: &str, body: &Value) -> Vec<Value> {
+    let response = platform
+        .http
+        .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
+        .bearer_auth(token)
+        .header("accept", "text/event-stream")
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    read_sse(response, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|frame| frame.data)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_owners_runs_that_pass_their_event_bytes_of_the_day_end_with_quota_exceeded() {
+    let per_day = 1024 * 1024;
+    let platform = TestPlatform::spawn_with(Options {
+        worker_event_bytes_per_day: per_day,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    // A 10,000-character echo: about 2,000 words, each its own event of a few hundred bytes.
+    let text = "word ".repeat(2000);
+    let mut ended = Vec::new();
+    for n in 0..4 {
+        let body = text_run(&uuid::Uuid::new_v4().to_string(), &format!("a{n}"), &text);
+        let events = streamed_run(&platform, &alice, &body).await;
+        let last = events.last().unwrap().clone();
+        let error = last["type"] == "RUN_ERROR";
+        ended.push((events.len(), last));
+        if error {
+            break;
+        }
+    }
+    let (count, last) = ended.last().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{ended:?}");
+    assert_eq!(last["code"], "quota_exceeded", "{last}");
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("SB_WORKER_OWNER_EVENT_BYTES_PER_DAY"),
+        "{message}"
+    );
+    assert!(message.contains(&format!("({per_day} bytes")), "{message}");
+    assert!(message.contains("00:00 UTC"), "{message}");
+    assert!(ended.len() >= 2, "the first run fits in the day: {ended:?}");
+    assert!(*count > 1, "it ended mid-run, after some of its events");
+
+    // The next run of alice's ends at once; bob's runs are not affected.
+    let body = text_run(&uuid::Uuid::new_v4().to_string(), "a-next", "hello");
+    let events = streamed_run(&platform, &alice, &body).await;
+    assert_eq!(events.last().unwrap()["code"], "quota_exceeded");
+    let body = text_run(&uuid::Uuid::new_v4().to_string(), "b1", &text);
+    let events = streamed_run(&platform, &bob, &body).await;
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+    assert_eq!(
+        switchboard_system_tests::streamed_text(&events),
+        format!("You said: {text}")
+    );
+    let (status, record) = platform
+        .api()
+        .get_runs(&alice, "/api/v1/agent/runs/a-next")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(record["status"], "failed", "{record}");
+}

@@ -4,9 +4,10 @@
 //! [`telemetry`] sets up JSON logs and OpenTelemetry, [`shutdown`] owns the process's
 //! cancellation token, [`auth`] turns a bearer JWT into an [`auth::Owner`], [`http`] holds the
 //! error answer, health routes and the server loop, and [`nats`], [`db`], [`s3`] connect to
-//! the infrastructure.
+//! the infrastructure; [`budget`] holds per-owner budgets of bytes per day across replicas.
 
 pub mod auth;
+pub mod budget;
 pub mod config;
 pub mod db;
 pub mod http;

@@ -66,7 +66,7 @@ pub(crate) struct Acceptor {
     names: Names,
     buckets: RunBuckets,
     policy: ActiveRunPolicy,
-    budget: std::sync::Arc<crate::budget::OwnerBytesBudget>,
+    budget: std::sync::Arc<platform::budget::DailyBudget>,
 }
 
 impl Acceptor {
@@ -76,7 +76,7 @@ impl Acceptor {
         names: Names,
         buckets: RunBuckets,
         policy: ActiveRunPolicy,
-        budget: std::sync::Arc<crate::budget::OwnerBytesBudget>,
+        budget: std::sync::Arc<platform::budget::DailyBudget>,
     ) -> Self {
         Self {
             js,

@@ -165,7 +165,8 @@ impl platform::service::Service for Application {
             names.clone(),
             buckets.clone(),
             config.active_run_policy,
-            Arc::new(budget::OwnerBytesBudget::new(
+            Arc::new(platform::budget::DailyBudget::new(
+                "bytes",
                 config.owner_bytes_per_day,
                 buckets.owner_budgets.clone(),
             )),

@@ -159,22 +159,25 @@ pub(crate) async fn websocket(
             WsDialect::default()
         };
         let (mut sink, mut inbound) = socket.split();
+        // A refusal names the conversation the socket was opened for (the NeMo UI drops an
+        // error_message without one).
+        let conversation = query.conversation_id.as_deref();
         let (owner, first, permit) = match (owner, permit) {
             (Some(owner), Some(permit)) => (owner, None, permit),
             _ => {
                 let Some((owner, first)) = first_message_owner(&state, &mut inbound).await else {
-                    refuse(&mut sink, WsError::new(
+                    let error = WsError::new(
                         WsErrorCode::InvalidMessage,
                         "a valid token is required: Authorization header, the subprotocols bearer, <token>, or security.token (or api_key) in the first message",
                         "security.token",
-                    ), dialect)
-                    .await;
+                    );
+                    refuse(&mut sink, error, dialect, conversation).await;
                     return;
                 };
                 match admit(&state, &owner, rejoin.as_ref()).await {
                     Ok(permit) => (owner, Some(first), permit),
                     Err(refused) => {
-                        refuse(&mut sink, refused.into_ws_error(), dialect).await;
+                        refuse(&mut sink, refused.into_ws_error(), dialect, conversation).await;
                         return;
                     }
                 }
@@ -281,15 +284,17 @@ async fn first_message_owner(
     Some((owner, text.as_str().to_owned()))
 }
 
-/// Sends `error` and closes a connection that will not be served.
+/// Sends `error` (about `conversation_id`, if the socket was opened for one) and closes a
+/// connection that will not be served.
 async fn refuse(
     sink: &mut futures::stream::SplitSink<WebSocket, Message>,
     error: WsError,
     dialect: WsDialect,
+    conversation_id: Option<&str>,
 ) {
     let message = error.to_message(
         format!("error-{}", uuid::Uuid::now_v7()),
-        None,
+        conversation_id,
         None,
         Utc::now(),
     );

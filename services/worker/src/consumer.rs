@@ -46,6 +46,8 @@ pub(crate) struct Capacity {
     pub(crate) drain: Duration,
     /// How long a run may go without a heartbeat before JetStream offers it again.
     pub(crate) ack_wait: Duration,
+    /// Bytes of run events per owner per UTC day, fleet-wide.
+    pub(crate) owner_event_bytes_per_day: u64,
 }
 
 /// Cancellation tokens of the runs this replica is running, by task id.
@@ -70,6 +72,8 @@ pub(crate) struct RunConsumer {
     /// How often a long run's progress is reported (a third of the consumer's ack wait).
     heartbeat: Duration,
     running: Running,
+    /// Each owner's bytes of run events per day, shared by the workers.
+    event_budget: Arc<platform::budget::DailyBudget>,
 }
 
 /// A run of one owner counted in; counted out when dropped.
@@ -233,6 +237,11 @@ impl RunConsumer {
     ) -> anyhow::Result<Self> {
         let ack_wait = capacity.ack_wait;
         let names = nats.names.clone();
+        let event_budget = Arc::new(platform::budget::DailyBudget::new(
+            "events",
+            capacity.owner_event_bytes_per_day,
+            buckets.owner_budgets.clone(),
+        ));
         let store = RunStore::new(buckets);
         store
             .register_agents(&agents)
@@ -265,6 +274,7 @@ impl RunConsumer {
             owners: Arc::default(),
             heartbeat: ack_wait / 3,
             running: Arc::default(),
+            event_budget,
         })
     }
 
@@ -551,7 +561,8 @@ impl RunConsumer {
         if self.store.mark_running(task).await? == Started::Cancelled {
             token.cancel();
         }
-        let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone());
+        let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone())
+            .with_budget(Arc::clone(&self.event_budget));
         sink.finish(Event::RunStarted {
             thread_id: task.input.thread_id.clone(),
             run_id: task.input.run_id.clone(),

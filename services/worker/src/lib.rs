@@ -69,6 +69,11 @@ pub struct Config {
     /// default `true` in development, `false` with `SB_ENV=production`, which refuses `true`):
     /// their commands (`/file-large`, `/ask`, `/slow`) are for tests, not for users.
     pub test_agents: bool,
+    /// Bytes of run events one owner's runs may add to the RUN_EVENTS stream per UTC day, across
+    /// every worker (`SB_WORKER_OWNER_EVENT_BYTES_PER_DAY`, default 512 MiB, at least 1 MiB):
+    /// the stream is shared and drops its oldest events when full. A run that goes past it ends
+    /// with `RUN_ERROR` `quota_exceeded`.
+    pub owner_event_bytes_per_day: u64,
 }
 
 impl Config {
@@ -116,9 +121,22 @@ impl Config {
                 .raw("SB_WORKER_AGENTS_FILE")
                 .map(std::path::PathBuf::from),
             test_agents,
+            owner_event_bytes_per_day: {
+                let bytes: u64 = env.or(EVENT_BYTES_VAR, 512 * 1024 * 1024)?;
+                if bytes < 1024 * 1024 {
+                    return Err(ConfigError::Invalid {
+                        name: EVENT_BYTES_VAR.to_owned(),
+                        reason: "must be at least 1048576 (a run's events may be large)".to_owned(),
+                    });
+                }
+                bytes
+            },
         })
     }
 }
+
+/// The setting of [`Config::owner_event_bytes_per_day`].
+pub const EVENT_BYTES_VAR: &str = "SB_WORKER_OWNER_EVENT_BYTES_PER_DAY";
 
 /// The built worker, consuming once run.
 pub struct Application {
@@ -233,6 +251,7 @@ impl Application {
                 fleet_max_in_flight: config.fleet_max_in_flight,
                 drain: config.drain,
                 ack_wait: config.ack_wait,
+                owner_event_bytes_per_day: config.owner_event_bytes_per_day,
             },
         )
         .await?;

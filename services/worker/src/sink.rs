@@ -1,9 +1,11 @@
 //! Publishes a run's events in order, each with its per-run sequence number.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use chrono::Utc;
+use platform::budget::{DailyBudget, Exhausted};
 use protocol::agents::OutputCollector;
 use protocol::agui::Event;
 use protocol::files::{
@@ -14,12 +16,25 @@ use protocol::messaging::{Names, RunEventMessage, RunEventV1, RunTaskV1};
 use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::AgentFailure;
 use crate::generated::{AttachError, Registrar};
 
 /// The run was cancelled by its owner; returned by [`EventSink::emit`] and [`EventSink::pause`].
 #[derive(Debug, thiserror::Error)]
 #[error("run cancelled")]
 pub struct Cancelled;
+
+/// The refusal of a run whose owner's events of the day are spent: names the budget, its
+/// setting and when it resets.
+fn event_budget_refusal(exhausted: &Exhausted) -> String {
+    format!(
+        "the bytes of run events your runs may produce per day ({} bytes, {}) are spent; the \
+         budget resets at 00:00 UTC, in {} s",
+        exhausted.per_day,
+        crate::EVENT_BYTES_VAR,
+        exhausted.resets_in.as_secs().max(1)
+    )
+}
 
 /// Where an agent writes its events. Every event is acknowledged by JetStream before the next,
 /// and the sequence number advances only after the ack, so the log never has a gap.
@@ -38,6 +53,8 @@ pub struct EventSink {
     registrar: Registrar,
     /// The files attached so far, by the agent message they belong to.
     attached: Vec<(String, Vec<GeneratedFile>)>,
+    /// The owner's bytes of run events per day (none: unbounded); terminal events are free.
+    budget: Option<Arc<DailyBudget>>,
 }
 
 impl EventSink {
@@ -70,7 +87,15 @@ impl EventSink {
             result: None,
             registrar,
             attached: Vec::new(),
+            budget: None,
         }
+    }
+
+    /// Spends the bytes of every event but `RUN_STARTED` and the terminal one from the owner's
+    /// `budget` of the day; past it the run ends with `RUN_ERROR` `quota_exceeded`.
+    pub(crate) fn with_budget(mut self, budget: Arc<DailyBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Continues a log that already holds events up to `seq`.
@@ -240,11 +265,30 @@ impl EventSink {
             ..self.template.clone()
         });
         let payload = serde_json::to_vec(&message)?;
+        let RunEventMessage::V1(stored) = &message;
+        // A run's first and last events are free: a run refused for its owner's budget still
+        // starts and ends in every client's eyes.
+        if let Some(budget) = &self.budget
+            && !stored.event.is_terminal()
+            && !matches!(stored.event, Event::RunStarted { .. })
+            && let Err(exhausted) = budget
+                .spend(
+                    &self.template.owner,
+                    u64::try_from(payload.len()).unwrap_or(u64::MAX),
+                    stored.emitted_at,
+                )
+                .await?
+        {
+            return Err(AgentFailure {
+                code: "quota_exceeded",
+                message: event_budget_refusal(&exhausted),
+            }
+            .into());
+        }
         let headers = platform::nats::publish_headers(&format!("{}:{seq}", self.template.task_id));
         platform::nats::publish_idempotent(&self.js, &self.subject, headers, payload.into())
             .await?;
         self.template.seq = seq;
-        let RunEventMessage::V1(stored) = &message;
         self.output.observe(&stored.event);
         Ok(())
     }
