@@ -12,8 +12,8 @@
 //! - an image block is standard base64 of at most `max_image_bytes` bytes, of a PNG, JPEG, GIF
 //!   or WebP; PNG/JPEG/GIF/WebP pass through byte for byte under their sniffed type; BMP
 //!   becomes a PNG;
-//! - each kind yields only its variant (documents text, images image, SVG / legacy Office
-//!   unsupported); `TooLarge` names a size over its limit; `as_prompt_text` never panics.
+//! - each kind yields only its variant (documents, SVG and legacy Office text, images image,
+//!   unknown types unsupported); `TooLarge` names a size over its limit; `as_prompt_text` never panics.
 #![no_main]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,10 +50,10 @@ const TYPES: &[(&str, Expect)] = &[
     ("image/gif", Expect::Image),
     ("image/webp", Expect::Image),
     ("image/bmp", Expect::Bmp),
-    ("image/svg+xml", Expect::Unsupported),
-    ("application/msword", Expect::Unsupported),
-    ("application/vnd.ms-excel", Expect::Unsupported),
-    ("application/vnd.ms-powerpoint", Expect::Unsupported),
+    ("image/svg+xml", Expect::Document),
+    ("application/msword", Expect::Document),
+    ("application/vnd.ms-excel", Expect::Document),
+    ("application/vnd.ms-powerpoint", Expect::Document),
     ("application/x-unknown", Expect::Unsupported),
 ];
 
@@ -70,10 +70,10 @@ const EXTENSIONS: &[(&str, Expect)] = &[
     ("gif", Expect::Image),
     ("webp", Expect::Image),
     ("bmp", Expect::Bmp),
-    ("svg", Expect::Unsupported),
-    ("doc", Expect::Unsupported),
-    ("xls", Expect::Unsupported),
-    ("ppt", Expect::Unsupported),
+    ("svg", Expect::Document),
+    ("doc", Expect::Document),
+    ("xls", Expect::Document),
+    ("ppt", Expect::Document),
     ("bin", Expect::Unsupported),
 ];
 

@@ -31,6 +31,8 @@ pub const NAMES: &[&str] = &[
     "docx-inflate-1g",
     "docx-lying-sizes",
     "xlsx-empty-strings",
+    "xls-dimensions",
+    "xls-corners",
     "pdf-flate-500m",
     "pdf-flate-tokens",
     "pdf-objstm",
@@ -72,6 +74,18 @@ pub fn by_name(name: &str) -> Option<Bomb> {
                 crate::XLSX,
                 "strings.xlsx",
                 xlsx_empty_shared_strings(49 * MIB),
+            ),
+            "xls-dimensions" => (
+                "XLS whose DIMENSIONS record declares 4 billion rows by 256 columns",
+                "application/vnd.ms-excel",
+                "dimensions.xls",
+                xls_declaring_dimensions(),
+            ),
+            "xls-corners" => (
+                "XLS of 4 sheets each with a cell at A1 and at IV65536 (67 million cells if dense)",
+                "application/vnd.ms-excel",
+                "corners.xls",
+                xls_far_corners(4),
             ),
             "pdf-flate-500m" => (
                 "PDF whose page content inflates to 500 MiB",
@@ -487,4 +501,159 @@ pub fn text(size: usize) -> Vec<u8> {
     }
     out.truncate(size);
     out
+}
+
+/// A compound file (OLE2, version 3: 512-byte sectors, as Office writes them) holding
+/// `streams` at its root: the container of .doc, .xls and .ppt files.
+pub fn compound_file(streams: &[(&str, &[u8])]) -> Vec<u8> {
+    let cursor = std::io::Cursor::new(Vec::new());
+    let Ok(mut file) = cfb::CompoundFile::create_with_version(cfb::Version::V3, cursor) else {
+        return Vec::new();
+    };
+    for (name, data) in streams {
+        if let Ok(mut stream) = file.create_stream(format!("/{name}")) {
+            let _ = stream.write_all(data);
+        }
+    }
+    let _ = file.flush();
+    file.into_inner().into_inner()
+}
+
+/// A BIFF record (of an .xls `Workbook` stream): type, length, data. Data longer than a
+/// record holds (8224 bytes) is cut.
+pub fn biff(kind: u16, data: &[u8]) -> Vec<u8> {
+    let data = &data[..data.len().min(8224)];
+    let mut out = Vec::with_capacity(4 + data.len());
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&u16::try_from(data.len()).unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// A `DIMENSIONS` record: rows `first..last` (last exclusive), columns likewise.
+pub fn biff_dimensions(first_row: u32, last_row: u32, first_col: u16, last_col: u16) -> Vec<u8> {
+    let mut data = Vec::with_capacity(14);
+    data.extend_from_slice(&first_row.to_le_bytes());
+    data.extend_from_slice(&last_row.to_le_bytes());
+    data.extend_from_slice(&first_col.to_le_bytes());
+    data.extend_from_slice(&last_col.to_le_bytes());
+    data.extend_from_slice(&0u16.to_le_bytes());
+    biff(0x0200, &data)
+}
+
+/// A `NUMBER` cell record with cell format `xf` (0: General, 1: a date; see [`xls_of`]).
+pub fn biff_number(row: u16, col: u16, xf: u16, value: f64) -> Vec<u8> {
+    let mut data = Vec::with_capacity(14);
+    for n in [row, col, xf] {
+        data.extend_from_slice(&n.to_le_bytes());
+    }
+    data.extend_from_slice(&value.to_le_bytes());
+    biff(0x0203, &data)
+}
+
+/// A `LABELSST` cell record: shared string `index`.
+pub fn biff_label(row: u16, col: u16, index: u32) -> Vec<u8> {
+    let mut data = Vec::with_capacity(10);
+    for n in [row, col, 0] {
+        data.extend_from_slice(&n.to_le_bytes());
+    }
+    data.extend_from_slice(&index.to_le_bytes());
+    biff(0x00FD, &data)
+}
+
+/// A `BOOLERR` cell record holding a boolean.
+pub fn biff_bool(row: u16, col: u16, value: bool) -> Vec<u8> {
+    let mut data = Vec::with_capacity(8);
+    for n in [row, col, 0] {
+        data.extend_from_slice(&n.to_le_bytes());
+    }
+    data.extend_from_slice(&[u8::from(value), 0]);
+    biff(0x0205, &data)
+}
+
+/// A minimal Excel 97-2003 workbook (.xls, BIFF8): a compound file whose `Workbook` stream
+/// holds the globals (BOF, the code page, cell formats 0 = General and 1 = the built-in date
+/// format 14, the shared `strings`, a `BoundSheet8` per sheet, `extra` records, EOF), then each
+/// sheet's substream: BOF, its framed `records` (see [`biff`]), EOF.
+pub fn xls_of(strings: &[&str], sheets: &[(&str, Vec<u8>)], extra: &[u8]) -> Vec<u8> {
+    let bof = |kind: u16| {
+        let mut data = vec![0u8; 16];
+        data[..2].copy_from_slice(&0x0600u16.to_le_bytes());
+        data[2..4].copy_from_slice(&kind.to_le_bytes());
+        biff(0x0809, &data)
+    };
+    let xf = |format: u16| {
+        let mut data = vec![0u8; 20];
+        data[2..4].copy_from_slice(&format.to_le_bytes());
+        biff(0x00E0, &data)
+    };
+    let mut sst = Vec::new();
+    sst.extend_from_slice(&u32_of(strings.len()).to_le_bytes());
+    sst.extend_from_slice(&u32_of(strings.len()).to_le_bytes());
+    for s in strings {
+        let units: Vec<u16> = s.encode_utf16().collect();
+        sst.extend_from_slice(&u16::try_from(units.len()).unwrap_or(0).to_le_bytes());
+        sst.push(1); // fHighByte: UTF-16LE characters
+        for unit in units {
+            sst.extend_from_slice(&unit.to_le_bytes());
+        }
+    }
+    let mut head = bof(0x0005);
+    head.extend(biff(0x0042, &1200u16.to_le_bytes()));
+    head.extend(xf(0));
+    head.extend(xf(14));
+    head.extend(biff(0x00FC, &sst));
+    head.extend_from_slice(extra);
+    // Each BoundSheet8 is 4 + 8 + 2 x name bytes; the sheets follow the globals' EOF.
+    let bound_len: usize = sheets
+        .iter()
+        .map(|(name, _)| 4 + 8 + 2 * name.encode_utf16().count())
+        .sum();
+    let mut at = head.len() + bound_len + 4;
+    let mut bodies = Vec::new();
+    for (name, records) in sheets {
+        let units: Vec<u16> = name.encode_utf16().collect();
+        let mut data = Vec::new();
+        data.extend_from_slice(&u32_of(at).to_le_bytes());
+        data.extend_from_slice(&[0, 0]); // visible worksheet
+        data.push(u8::try_from(units.len()).unwrap_or(0));
+        data.push(1);
+        for unit in units {
+            data.extend_from_slice(&unit.to_le_bytes());
+        }
+        head.extend(biff(0x0085, &data));
+        let mut body = bof(0x0010);
+        body.extend_from_slice(records);
+        body.extend(biff(0x000A, &[]));
+        at += body.len();
+        bodies.push(body);
+    }
+    head.extend(biff(0x000A, &[]));
+    for body in bodies {
+        head.extend(body);
+    }
+    compound_file(&[("Workbook", &head)])
+}
+
+/// An .xls of one sheet whose `DIMENSIONS` record declares 4 billion rows by 256 columns: a
+/// reader that reserves what it declares asks for a trillion cells.
+pub fn xls_declaring_dimensions() -> Vec<u8> {
+    let mut records = biff_dimensions(0, u32::MAX, 0, 256);
+    records.extend(biff_number(0, 0, 0, 1.0));
+    xls_of(&[], &[("Sheet1", records)], &[])
+}
+
+/// An .xls of `sheets` sheets, each with two numbers: at A1 and at IV65536, the last cell of
+/// a BIFF8 sheet. A reader that keeps a dense grid per sheet holds 16.8 million cells each.
+pub fn xls_far_corners(sheets: usize) -> Vec<u8> {
+    let mut records = biff_number(0, 0, 0, 1.0);
+    records.extend(biff_number(65_535, 255, 0, 2.0));
+    let sheets: Vec<(String, Vec<u8>)> = (1..=sheets)
+        .map(|n| (format!("Sheet{n}"), records.clone()))
+        .collect();
+    let named: Vec<(&str, Vec<u8>)> = sheets
+        .iter()
+        .map(|(name, records)| (name.as_str(), records.clone()))
+        .collect();
+    xls_of(&[], &named, &[])
 }

@@ -1,30 +1,38 @@
 //! Turns the bytes of an uploaded attachment into a content block for the agent:
-//! PDF, DOCX, XLSX, PPTX, CSV and TXT become text; PNG, JPEG, GIF and WebP (and BMP,
-//! converted to PNG) become a base64 vision block; everything else is reported as
-//! unsupported with a reason the agent can be told.
+//! PDF, DOCX, XLSX, PPTX, the legacy binary DOC, XLS and PPT, CSV, TXT and SVG (the text
+//! of its `<title>`, `<desc>` and `<text>` elements, see `svg.rs`) become text; PNG, JPEG,
+//! GIF and WebP (and BMP, converted to PNG) become a base64 vision block; everything else
+//! is reported as unsupported with a reason the agent can be told.
 //!
 //! Everything is bounded: the input size, the characters of text kept (a text file is
 //! decoded only up to them), the bytes of an image, the pixels an image declares (a BMP
 //! is refused before decoding when it would not fit [`Limits::max_decoded_image_bytes`]),
 //! the bytes decompressed from an Office archive (counted as they are inflated, whatever
-//! the zip headers declare), and the time spent (a deadline is checked inside every
-//! page/row/slide/XML loop; when it passes, the text read so far is returned with
+//! the zip headers declare), the cell grids a legacy .xls expands to (counted from its
+//! records before it is read), and the time spent (a deadline is checked inside every
+//! page/row/slide/record/XML loop; when it passes, the text read so far is returned with
 //! `truncated = true`).
 //!
 //! What this crate cannot bound from inside is a third-party parser that neither stops
 //! nor lets go of memory: lopdf loads a whole PDF and expands object streams, arrays and
-//! content streams into objects (a 49 KB PDF can ask for 3 GB). So the worker never
+//! content streams into objects (a 49 KB PDF can ask for 3 GB), and calamine parses a
+//! whole .xls workbook, formula text included, when it opens it. So the worker never
 //! calls [`extract`] itself: it runs the `switchboard-extract` helper ([`isolate`]), a
 //! process per file under an address-space limit, killed at its deadline.
 //!
 //! [`extract`] is synchronous and CPU-bound.
 
 pub mod bombs;
+mod doc;
 pub mod isolate;
+mod ole;
 mod ooxml;
 mod pdf;
+mod ppt;
 mod sink;
+mod svg;
 mod vision;
+mod xls;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -47,7 +55,9 @@ pub struct Limits {
     /// height x 4 bytes from its header, checked before decoding (default 64 MiB).
     pub max_decoded_image_bytes: u64,
     /// Bytes decompressed from an Office (zip) file in total, and from each stream or
-    /// page of a PDF; reading stops there (default 50 MiB).
+    /// page of a PDF; reading stops there (default 50 MiB). A legacy .xls file's cell
+    /// grids may take 4 times this once read (counted before reading; a file over it is
+    /// not read).
     pub max_decompressed_bytes: usize,
     /// Most entries an Office (zip) file may list (default 10 000).
     pub max_zip_entries: usize,
@@ -73,8 +83,8 @@ impl Default for Limits {
 /// What an attachment becomes for the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Extracted {
-    /// Text of a PDF, DOCX, XLSX, PPTX, CSV or TXT file. `truncated` is set when the
-    /// text, decompression or time limit cut it short.
+    /// Text of a PDF, DOCX, XLSX, PPTX, DOC, XLS, PPT, CSV, TXT or SVG file. `truncated`
+    /// is set when the text, decompression or time limit cut it short.
     Text { text: String, truncated: bool },
     /// A vision block: `data_base64` is the standard (padded) base64 of an image of
     /// type `mime_type` (PNG, JPEG, GIF or WebP).
@@ -82,7 +92,8 @@ pub enum Extracted {
         mime_type: String,
         data_base64: String,
     },
-    /// Nothing the agent can read (legacy binary Office files, SVG, unknown types).
+    /// Nothing the agent can read (unknown types, Word 6/95 files, an .xls too large to
+    /// read, BMP without the `bmp` feature).
     Unsupported { reason: String },
 }
 
@@ -118,6 +129,9 @@ pub enum ExtractError {
     /// A PDF that needs a password to read.
     #[error("the PDF is encrypted and needs a password to read")]
     Encrypted,
+    /// A legacy Office file (DOC, XLS, PPT) encrypted with a password.
+    #[error("the {format} file is protected with a password and cannot be read without it")]
+    Protected { format: &'static str },
     /// The time limit passed before any text was extracted.
     #[error("extraction timed out after {0:?} before any text was read")]
     TimedOut(Duration),
@@ -155,7 +169,9 @@ enum Kind {
     Image(&'static str),
     Bmp,
     Svg,
-    Legacy(&'static str),
+    Doc,
+    Xls,
+    Ppt,
 }
 
 fn kind_of_mime(mime: &str) -> Option<Kind> {
@@ -173,9 +189,9 @@ fn kind_of_mime(mime: &str) -> Option<Kind> {
         "image/webp" => Kind::Image("image/webp"),
         "image/bmp" => Kind::Bmp,
         "image/svg+xml" => Kind::Svg,
-        "application/msword" => Kind::Legacy("Word (.doc)"),
-        "application/vnd.ms-excel" => Kind::Legacy("Excel (.xls)"),
-        "application/vnd.ms-powerpoint" => Kind::Legacy("PowerPoint (.ppt)"),
+        "application/msword" => Kind::Doc,
+        "application/vnd.ms-excel" => Kind::Xls,
+        "application/vnd.ms-powerpoint" => Kind::Ppt,
         _ => return None,
     })
 }
@@ -194,9 +210,9 @@ fn kind_of_name(file_name: &str) -> Option<Kind> {
         "webp" => Kind::Image("image/webp"),
         "bmp" => Kind::Bmp,
         "svg" => Kind::Svg,
-        "doc" => Kind::Legacy("Word (.doc)"),
-        "xls" => Kind::Legacy("Excel (.xls)"),
-        "ppt" => Kind::Legacy("PowerPoint (.ppt)"),
+        "doc" => Kind::Doc,
+        "xls" => Kind::Xls,
+        "ppt" => Kind::Ppt,
         _ => return None,
     })
 }
@@ -241,14 +257,10 @@ pub fn extract(
         Kind::Bmp => Ok(Extracted::Unsupported {
             reason: "BMP images cannot be sent to the model; convert it to PNG or JPEG".into(),
         }),
-        Kind::Svg => Ok(Extracted::Unsupported {
-            reason: "SVG images are active content and are not sent to the model".into(),
-        }),
-        Kind::Legacy(what) => Ok(Extracted::Unsupported {
-            reason: format!(
-                "legacy binary {what} files cannot be read; save it in the newer Office format (.docx, .xlsx, .pptx) or as PDF"
-            ),
-        }),
+        Kind::Svg => guarded("SVG", || svg::extract(bytes, limits)),
+        Kind::Doc => guarded("DOC", || doc::extract(bytes, limits)),
+        Kind::Xls => guarded("XLS", || xls::extract(bytes, limits)),
+        Kind::Ppt => guarded("PPT", || ppt::extract(bytes, limits)),
     }
 }
 

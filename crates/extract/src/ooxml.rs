@@ -116,12 +116,12 @@ fn into_text(data: Vec<u8>) -> String {
 }
 
 /// Local name (without prefix) of an element.
-fn local<'e>(e: &'e BytesStart<'_>) -> &'e str {
+pub(crate) fn local<'e>(e: &'e BytesStart<'_>) -> &'e str {
     let name = e.name().0;
     name.rsplit_once(':').map_or(name, |(_, l)| l)
 }
 
-fn local_end<'e>(name: &'e quick_xml::name::QName<'_>) -> &'e str {
+pub(crate) fn local_end<'e>(name: &'e quick_xml::name::QName<'_>) -> &'e str {
     name.0.rsplit_once(':').map_or(name.0, |(_, l)| l)
 }
 
@@ -138,7 +138,7 @@ fn attr(e: &BytesStart<'_>, key: &str) -> Option<String> {
 }
 
 /// The text an entity or character reference stands for.
-fn resolve_ref(r: &BytesRef<'_>) -> Option<String> {
+pub(crate) fn resolve_ref(r: &BytesRef<'_>) -> Option<String> {
     if let Ok(Some(c)) = r.resolve_char_ref() {
         return Some(c.to_string());
     }
@@ -412,7 +412,7 @@ fn is_date_format(code: &str) -> bool {
 
 /// A serial date of the 1900 date system as `YYYY-MM-DD`, `HH:MM:SS` (under one day) or both;
 /// `None` for a serial no date has.
-fn serial_date(serial: f64) -> Option<String> {
+pub(crate) fn serial_date(serial: f64) -> Option<String> {
     if !serial.is_finite() || !(0.0..2_958_466.0).contains(&serial) {
         return None; // past 9999-12-31
     }
@@ -534,7 +534,7 @@ fn column(reference: &str) -> Option<usize> {
 }
 
 /// A CSV field: quoted when it holds a comma, quote or line break.
-fn csv_field(value: &str, out: &mut String) {
+pub(crate) fn csv_field(value: &str, out: &mut String) {
     if value.contains([',', '"', '\n', '\r']) {
         out.push('"');
         out.push_str(&value.replace('"', "\"\""));
@@ -643,7 +643,7 @@ fn sheet_rows(
 }
 
 /// Most empty columns padded before one cell.
-const MAX_COLUMN_GAP: usize = 1_000;
+pub(crate) const MAX_COLUMN_GAP: usize = 1_000;
 
 /// Text of an XLSX: each sheet, in workbook order, under a `--- Sheet: name ---`
 /// header, its rows as CSV lines (cached values; dates appear as serial numbers).

@@ -112,6 +112,48 @@ fn a_legitimate_large_pdf_fits_the_default_memory_limit() {
 }
 
 #[test]
+fn legacy_office_files_are_read_inside_the_helper_and_their_bombs_refused_there() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+    for (mime, file, expected) in [
+        ("application/msword", "libreoffice.doc", "Report title\n"),
+        (
+            "application/vnd.ms-excel",
+            "libreoffice.xls",
+            "--- Sheet: Summary ---\n",
+        ),
+        (
+            "application/vnd.ms-powerpoint",
+            "libreoffice.ppt",
+            "--- Slide 1 ---\n",
+        ),
+    ] {
+        let bytes = std::fs::read(format!("{fixtures}{file}")).unwrap();
+        let (status, out, err) = helper(mime, file, &bytes, 384).unwrap();
+        assert!(status.success(), "{file}: {status}: {err}");
+        let reply = Reply::decode(&out).unwrap();
+        let Ok(Extracted::Text { text, .. }) = reply.result else {
+            panic!("{file}: expected text, got {:?}", reply.result);
+        };
+        assert!(text.starts_with(expected), "{file}: {text}");
+    }
+    // 2.5 KB declaring 4 x 16.8 million cells: refused from its records, in a few MiB.
+    let (status, out, err) = helper(
+        "application/vnd.ms-excel",
+        "corners.xls",
+        &bombs::xls_far_corners(4),
+        64,
+    )
+    .unwrap();
+    assert!(status.success(), "{status}: {err}");
+    let reply = Reply::decode(&out).unwrap();
+    assert!(
+        matches!(&reply.result, Ok(Extracted::Unsupported { reason }) if reason.contains("65536 rows by 256 columns")),
+        "{:?}",
+        reply.result
+    );
+}
+
+#[test]
 fn a_stale_or_foreign_request_is_refused_without_a_reply() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard-extract"))
         .stdin(Stdio::piped())

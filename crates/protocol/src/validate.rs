@@ -526,6 +526,34 @@ mod tests {
         assert_eq!(serde_json::to_value(parsed.ok()).unwrap_or_default(), input);
     }
 
+    /// Audio is not accepted (README "Audio is not accepted"): no audio type can be uploaded,
+    /// so an AG-UI `audio` part, or a seed `binary` block of an audio type, is refused before
+    /// any file is looked up.
+    #[test]
+    fn audio_parts_are_refused() {
+        let mut input = valid();
+        input["messages"][0]["content"] = json!([
+            {"type": "text", "text": "listen"},
+            {"type": "audio", "source": {"type": "url", "value": "s3://b/k.wav", "mimeType": "audio/wav"}}
+        ]);
+        let v = violation(&input);
+        assert_eq!(
+            (v.kind, v.field.as_str()),
+            (ViolationKind::Malformed, "/messages/0"),
+            "{v:?}"
+        );
+        input["messages"][0]["content"] = json!([
+            {"type": "binary", "mimeType": "audio/mpeg", "url": "https://x/y.mp3"}
+        ]);
+        assert_eq!(
+            violation(&input),
+            Violation::rule(
+                "/messages/0/content/0/mimeType",
+                messages::BINARY_IMAGE_MIME
+            )
+        );
+    }
+
     #[test]
     fn a_body_over_256_kib_is_refused_before_parsing() {
         let oversized = vec![b' '; MAX_PAYLOAD_BYTES + 1];
