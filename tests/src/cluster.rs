@@ -11,6 +11,7 @@ use secrecy::ExposeSecret as _;
 use test_support::Infra;
 
 use crate::gateway::{Gateway, Upstreams, workspace_root};
+use crate::netns::Netns;
 use crate::{EVENTUAL, binary_env, free_port, start_binary, wait_http_ok};
 
 /// The nats-server binary: `SB_TEST_NATS_SERVER`, the one `scripts/infra.sh` installed, or
@@ -34,6 +35,8 @@ fn password(user: &str) -> String {
 
 struct Node {
     name: String,
+    /// The address it listens on (clients, routes, monitoring) and is reached at.
+    host: String,
     client_port: u16,
     monitor_port: u16,
     config: PathBuf,
@@ -47,34 +50,61 @@ pub struct NatsCluster {
     dir: PathBuf,
     /// The prefix of the deployment the permissions are made for.
     pub names: Names,
+    /// The namespace of the node that can be partitioned, and its index; dropped after the
+    /// nodes are stopped (fields drop after [`Drop::drop`]).
+    isolable: Option<(Netns, usize)>,
 }
 
 impl NatsCluster {
     /// Starts `size` nodes and waits until every one is healthy (JetStream has a meta leader).
     pub async fn start(size: usize, names: Names) -> anyhow::Result<Self> {
+        Self::start_with(size, names, None).await
+    }
+
+    /// Like [`NatsCluster::start`], with the last node in a network namespace of its own
+    /// ([`Netns`]), so that [`NatsCluster::partition`] can cut it off from the other nodes and
+    /// from every client while it keeps running. Every node then listens on an address of the
+    /// veth pair (this side's for the others), not on 127.0.0.1.
+    pub async fn start_partitionable(size: usize, names: Names) -> anyhow::Result<Self> {
+        let netns = Netns::create()?;
+        Self::start_with(size, names, Some((netns, size - 1))).await
+    }
+
+    async fn start_with(
+        size: usize,
+        names: Names,
+        isolable: Option<(Netns, usize)>,
+    ) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("sb-nats-cluster-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&dir)?;
         let ports: Vec<(u16, u16, u16)> = (0..size)
             .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
             .collect::<anyhow::Result<_>>()?;
+        let host = |index: usize| match &isolable {
+            None => "127.0.0.1".to_owned(),
+            Some((netns, isolated)) if *isolated == index => netns.ns_addr.to_string(),
+            Some((netns, _)) => netns.host_addr.to_string(),
+        };
         let routes = ports
             .iter()
-            .map(|(_, route, _)| format!("\"nats-route://127.0.0.1:{route}\""))
+            .enumerate()
+            .map(|(index, (_, route, _))| format!("\"nats-route://{}:{route}\"", host(index)))
             .collect::<Vec<_>>()
             .join(", ");
         let authorization = platform::nats_auth::authorization_block(&names);
         let mut nodes = Vec::new();
         for (index, (client, route, monitor)) in ports.into_iter().enumerate() {
             let name = format!("n{}", index + 1);
+            let host = host(index);
             let store = dir.join(&name);
             let config = dir.join(format!("{name}.conf"));
             std::fs::write(
                 &config,
                 format!(
-                    "server_name: {name}\nlisten: 127.0.0.1:{client}\nhttp: 127.0.0.1:{monitor}\n\
+                    "server_name: {name}\nlisten: {host}:{client}\nhttp: {host}:{monitor}\n\
                      log_file: \"{}\"\n\
                      jetstream {{ store_dir: \"{}\", max_file_store: 4GB, max_memory_store: 256MB }}\n\
-                     cluster {{ name: sbtest, listen: 127.0.0.1:{route}, routes: [{routes}] }}\n\
+                     cluster {{ name: sbtest, listen: {host}:{route}, routes: [{routes}] }}\n\
                      {authorization}",
                     dir.join(format!("{name}.log")).display(),
                     store.display()
@@ -82,13 +112,19 @@ impl NatsCluster {
             )?;
             nodes.push(Node {
                 name,
+                host,
                 client_port: client,
                 monitor_port: monitor,
                 config,
                 child: None,
             });
         }
-        let mut cluster = Self { nodes, dir, names };
+        let mut cluster = Self {
+            nodes,
+            dir,
+            names,
+            isolable,
+        };
         for index in 0..size {
             cluster.spawn(index)?;
         }
@@ -99,8 +135,11 @@ impl NatsCluster {
     }
 
     fn spawn(&mut self, index: usize) -> anyhow::Result<()> {
+        let mut command = match &self.isolable {
+            Some((netns, isolated)) if *isolated == index => netns.command(nats_server()),
+            _ => Command::new(nats_server()),
+        };
         let node = &mut self.nodes[index];
-        let mut command = Command::new(nats_server());
         command.arg("-c").arg(&node.config);
         for user in platform::nats_auth::SERVICES.iter().chain(&["admin"]) {
             command.env(
@@ -123,7 +162,7 @@ impl NatsCluster {
     /// meta leader).
     pub async fn wait_healthy(&self, index: usize) -> anyhow::Result<()> {
         let node = &self.nodes[index];
-        let url = format!("http://127.0.0.1:{}/healthz", node.monitor_port);
+        let url = format!("{}/healthz", self.monitor_url(index));
         wait_http_ok(&url, EVENTUAL * 3, &format!("NATS node {}", node.name)).await
     }
 
@@ -136,8 +175,44 @@ impl NatsCluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .map(|n| format!("nats://127.0.0.1:{}", n.client_port))
+            .map(|n| format!("nats://{}:{}", n.host, n.client_port))
             .collect()
+    }
+
+    /// The base URL of node `index`'s monitoring endpoints (`/healthz`, `/jsz`, ...).
+    pub fn monitor_url(&self, index: usize) -> String {
+        let node = &self.nodes[index];
+        format!("http://{}:{}", node.host, node.monitor_port)
+    }
+
+    /// The server name of node `index` (`n1`, `n2`, ...), as JetStream names leaders.
+    pub fn node_name(&self, index: usize) -> &str {
+        &self.nodes[index].name
+    }
+
+    /// The index of the node [`NatsCluster::partition`] cuts off, when the cluster was started
+    /// with [`NatsCluster::start_partitionable`].
+    pub fn isolable(&self) -> Option<usize> {
+        self.isolable.as_ref().map(|(_, index)| *index)
+    }
+
+    /// Cuts the isolable node off from the other nodes and from every client: its process keeps
+    /// running, its connections hang, every packet to or from it is lost until
+    /// [`NatsCluster::heal`].
+    pub fn partition(&self) -> anyhow::Result<()> {
+        self.netns()?.partition()
+    }
+
+    /// Ends [`NatsCluster::partition`]: packets flow again on the connections that survived it.
+    pub fn heal(&self) -> anyhow::Result<()> {
+        self.netns()?.heal()
+    }
+
+    fn netns(&self) -> anyhow::Result<&Netns> {
+        self.isolable
+            .as_ref()
+            .map(|(netns, _)| netns)
+            .context("the cluster was not started with start_partitionable")
     }
 
     /// Kills node `index` with SIGKILL (a node lost, not shut down).
@@ -160,6 +235,17 @@ impl NatsCluster {
         Ok(
             async_nats::ConnectOptions::with_user_and_password("admin".into(), password("admin"))
                 .connect(self.urls())
+                .await?,
+        )
+    }
+
+    /// A client connected as `admin` to the nodes `indexes` only (one side of a partition).
+    pub async fn admin_at(&self, indexes: &[usize]) -> anyhow::Result<async_nats::Client> {
+        let urls = self.urls();
+        let urls: Vec<&String> = indexes.iter().map(|&index| &urls[index]).collect();
+        Ok(
+            async_nats::ConnectOptions::with_user_and_password("admin".into(), password("admin"))
+                .connect(urls)
                 .await?,
         )
     }
@@ -218,19 +304,29 @@ pub const SERVICES: [&str; 4] = ["attachments", "history", "runs", "worker"];
 impl Fleet {
     /// Starts the cluster, `replicas` of every service and the gateway; ready when it returns.
     pub async fn start(replicas: usize, extra_env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let names = Infra::from_env().fresh_nats().names;
+        let nats = NatsCluster::start(3, names).await?;
+        Self::start_on(nats, None, replicas, extra_env).await
+    }
+
+    /// Like [`Fleet::start`], on a cluster the caller started (with
+    /// [`NatsCluster::start_partitionable`], say) and, when `database` names one, with history
+    /// and attachments on that database instead of a fresh one of the project's server.
+    pub async fn start_on(
+        nats: NatsCluster,
+        database: Option<&str>,
+        replicas: usize,
+        extra_env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let infra = Infra::from_env();
-        let names = infra.fresh_nats().names;
-        let nats = NatsCluster::start(3, names.clone()).await?;
+        let names = nats.names.clone();
         let s3 = infra.fresh_s3();
-        let database = infra.fresh_database().await?;
+        let database = match database {
+            Some(url) => url.to_owned(),
+            None => infra.fresh_database().await?.expose_secret().to_owned(),
+        };
         let gateway_port = free_port()?;
-        let mut env = binary_env(
-            &infra,
-            &nats.url(),
-            names.prefix(),
-            &s3,
-            database.expose_secret(),
-        );
+        let mut env = binary_env(&infra, &nats.url(), names.prefix(), &s3, &database);
         env.extend(
             [
                 ("SB_NATS_REPLICAS", "3".to_owned()),

@@ -17,6 +17,8 @@ pub mod agent_server;
 pub mod cluster;
 pub mod fake_agent;
 pub mod gateway;
+pub mod netns;
+pub mod postgres;
 
 /// How long a test waits for something that happens asynchronously (a run reaching history).
 pub const EVENTUAL: Duration = Duration::from_secs(20);

@@ -22,6 +22,7 @@ mod metrics;
 mod migrations;
 mod openai_backend;
 mod owner_budget;
+mod partition;
 mod remote_agent_faults;
 mod remote_agents;
 mod resilience;

@@ -142,6 +142,12 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
     let (names, limits) = (&config.names, &config.limits);
     // JetStream refuses a duplicate window longer than the stream's max age.
     let runs_window = limits.runs_dedup_window.min(limits.runs_max_age);
+    // Live readers hear an event once the log stored it, never before or instead.
+    let live = stream::Republish {
+        source: names.run_events_subjects(),
+        destination: names.run_events_live_subjects(),
+        headers_only: false,
+    };
     let streams = [
         (
             names.runs_stream(),
@@ -150,6 +156,7 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             limits.runs_max_bytes,
             stream::DiscardPolicy::New,
             runs_window,
+            None,
         ),
         (
             names.run_events_stream(),
@@ -158,9 +165,10 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             limits.events_max_bytes,
             stream::DiscardPolicy::Old,
             DUPLICATE_WINDOW.min(limits.events_max_age),
+            Some(live),
         ),
     ];
-    for (name, subjects, max_age, max_bytes, discard, duplicate_window) in streams {
+    for (name, subjects, max_age, max_bytes, discard, duplicate_window, republish) in streams {
         let wanted = stream::Config {
             name: name.clone(),
             subjects: vec![subjects],
@@ -172,6 +180,7 @@ pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> any
             num_replicas: limits.replicas,
             discard,
             duplicate_window,
+            republish,
             ..Default::default()
         };
         settled(&name, || reconcile(js, wanted.clone()))
@@ -213,6 +222,8 @@ where
     loop {
         match attempt().await {
             Ok(value) => return Ok(value),
+            // Another writer's message: retrying cannot change that.
+            Err(err) if err.is::<Fenced>() => return Err(err),
             Err(err) if tokio::time::Instant::now() + wait < deadline => {
                 tracing::warn!(what, error = format!("{err:#}"), "NATS refused, retrying");
                 tokio::time::sleep(wait).await;
@@ -224,7 +235,7 @@ where
 }
 
 /// Creates the stream `wanted`, or updates the fields this code owns (limits, replicas,
-/// discard, subjects) of the existing one when they differ.
+/// discard, subjects, republish) of the existing one when they differ.
 async fn reconcile(js: &jetstream::Context, wanted: stream::Config) -> anyhow::Result<()> {
     let mut existing = match js.get_stream(&wanted.name).await {
         Ok(existing) => existing,
@@ -242,6 +253,7 @@ async fn reconcile(js: &jetstream::Context, wanted: stream::Config) -> anyhow::R
         config.num_replicas = wanted.num_replicas;
         config.discard = wanted.discard;
         config.duplicate_window = wanted.duplicate_window;
+        config.republish = wanted.republish;
     })
     .await?;
     if changed {
@@ -487,6 +499,59 @@ pub async fn publish_idempotent(
     )
     .await
     .context("JetStream did not acknowledge the publish")
+}
+
+/// A fenced publish was refused: another writer stored a message on the subject after this
+/// writer's last one (a worker that lost NATS for a while, whose run another worker ended).
+#[derive(Debug, thiserror::Error)]
+#[error("another writer stored a message on {subject} after this writer's last one")]
+pub struct Fenced {
+    /// The subject.
+    pub subject: String,
+}
+
+/// Publishes the next message of a subject that one writer owns (a run's event log) and waits
+/// for JetStream's ack: stored only if the subject's last message is still the one at stream
+/// sequence `after` (this writer's previous message; 0: none yet,
+/// `Nats-Expected-Last-Subject-Sequence`), with `msg_id` (unique to this writer) so that a retry
+/// of a publish that was stored after all is dropped as a duplicate. Retried like
+/// [`publish_idempotent`]; another writer's message in between fails it at once with
+/// [`Fenced`]. Returns the message's stream sequence.
+pub async fn publish_fenced(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    after: u64,
+    payload: bytes::Bytes,
+) -> anyhow::Result<u64> {
+    let mut headers = publish_headers(msg_id);
+    headers.insert(
+        async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+        after.to_string().as_str(),
+    );
+    let publish = || async {
+        let ack = js
+            .publish_with_headers(subject.to_owned(), headers.clone(), payload.clone())
+            .await?
+            .await;
+        match ack {
+            Ok(ack) => Ok(ack.sequence),
+            Err(err) if err.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+                Err(Fenced {
+                    subject: subject.to_owned(),
+                }
+                .into())
+            }
+            Err(err) => Err(err.into()),
+        }
+    };
+    retrying(
+        subject,
+        PUBLISH_RETRY_FOR,
+        Duration::from_millis(100),
+        publish,
+    )
+    .await
 }
 
 /// `RunTask::V1` of a borrowed task: the same JSON, without copying the task to publish it.

@@ -182,7 +182,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             .chain(streams())
             .chain(buckets(&runs_writes))
             .collect(),
-            subscribe: vec![inbox, names.run_events_subjects()],
+            subscribe: vec![inbox, names.run_events_live_subjects()],
             responds: false,
         },
         // Consumes runs and events into PostgreSQL, signs download links, says how far it is

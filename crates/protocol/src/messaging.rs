@@ -94,6 +94,13 @@ impl Names {
         format!("{}.runs.events.>", self.prefix)
     }
 
+    /// Where the RUN_EVENTS stream republishes each event it stored (`<p>.runs.live.<taskId>`):
+    /// what live readers subscribe to, so they never see an event the log refused (a fenced
+    /// writer's, see `platform::nats::publish_fenced`) or did not store.
+    pub fn run_events_live_subjects(&self) -> String {
+        format!("{}.runs.live.>", self.prefix)
+    }
+
     /// Subject of one task's events.
     pub fn run_event_subject(&self, task_id: Uuid) -> String {
         format!("{}.runs.events.{task_id}", self.prefix)

@@ -5,8 +5,9 @@
 //! asks for the events after a `seq` it already has and gets each later event exactly once, in
 //! order, until the terminal event.
 //!
-//! One core NATS subscription per runs replica ([`EventHub`]) carries live events to every
-//! local reader, so an idle stream costs a channel, not a JetStream consumer. A reader registers
+//! One core NATS subscription per runs replica ([`EventHub`]), to what the log republishes as
+//! it stores each event (`<p>.runs.live.>`: never an event the log refused), carries live
+//! events to every local reader, so an idle stream costs a channel, not a JetStream consumer. A reader registers
 //! for live events first, then reads what the log already holds; events are deduplicated by
 //! `seq`, and a gap (a live event lost to a slow subscriber) is filled from the log. A waiting
 //! reader also re-reads the log every minute or two, so even a lost terminal event ends the
@@ -91,7 +92,7 @@ impl EventHub {
             .await
             .context("run events stream missing")?;
         let subscription = client
-            .subscribe(names.run_events_subjects())
+            .subscribe(names.run_events_live_subjects())
             .await
             .context("cannot subscribe to run events")?;
         let hub = Self {

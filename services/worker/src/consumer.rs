@@ -694,13 +694,13 @@ impl RunConsumer {
         let subject = self.names.run_event_subject(task.task_id);
         let last = match self.events.get_last_raw_message_by_subject(&subject).await {
             Ok(message) => match serde_json::from_slice::<RunEventMessage>(&message.payload) {
-                Ok(RunEventMessage::V1(event)) => Some(event),
+                Ok(RunEventMessage::V1(event)) => Some((event, message.sequence)),
                 Err(err) => anyhow::bail!("undecodable last event of a lost run: {err}"),
             },
             Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => None,
             Err(err) => return Err(err.into()),
         };
-        if let Some(last) = &last {
+        if let Some((last, _)) = &last {
             match &last.event {
                 Event::RunFinished { .. } => return Ok(RunEnd::new(RunStatus::Completed, None)),
                 Event::RunError { code, message } => {
@@ -715,7 +715,10 @@ impl RunConsumer {
             }
         }
         let mut sink = EventSink::new(self.js.clone(), &self.names, task, CancellationToken::new())
-            .after(last.map_or(0, |e| e.seq));
+            .after(
+                last.as_ref().map_or(0, |(event, _)| event.seq),
+                last.as_ref().map_or(0, |(_, stream_seq)| *stream_seq),
+            );
         let message = "the worker running this run stopped before it finished".to_owned();
         sink.finish(Event::RunError {
             message: message.clone(),

@@ -15,6 +15,7 @@ use protocol::message_body::{MessageBody, MessageBodyError};
 use protocol::messaging::{Names, RunEventMessage, RunEventV1, RunTaskV1};
 use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::agent::AgentFailure;
 use crate::generated::{AttachError, Registrar};
@@ -55,6 +56,12 @@ pub struct EventSink {
     attached: Vec<(String, Vec<GeneratedFile>)>,
     /// The owner's bytes of run events per day (none: unbounded); terminal events are free.
     budget: Option<Arc<DailyBudget>>,
+    /// This writer's id in its messages' ids: a retry of its own publish is a duplicate,
+    /// another writer's message at the same `seq` is not.
+    writer: Uuid,
+    /// Stream sequence of the log's last message this writer knows (0: none): the next
+    /// publish is stored only if the log still ends there ([`platform::nats::publish_fenced`]).
+    stream_seq: u64,
 }
 
 impl EventSink {
@@ -88,6 +95,8 @@ impl EventSink {
             registrar,
             attached: Vec::new(),
             budget: None,
+            writer: Uuid::new_v4(),
+            stream_seq: 0,
         }
     }
 
@@ -98,9 +107,11 @@ impl EventSink {
         self
     }
 
-    /// Continues a log that already holds events up to `seq`.
-    pub(crate) fn after(mut self, seq: u64) -> Self {
+    /// Continues a log that already holds events up to `seq`, its last message at stream
+    /// sequence `stream_seq`.
+    pub(crate) fn after(mut self, seq: u64, stream_seq: u64) -> Self {
         self.template.seq = seq;
+        self.stream_seq = stream_seq;
         self
     }
 
@@ -254,8 +265,8 @@ impl EventSink {
         self.publish(event).await
     }
 
-    /// The message id is `<task>:<seq>`, so a run replayed after a crash does not duplicate
-    /// what was stored.
+    /// The message id is `<task>:<seq>:<writer>`: a retried publish that was stored after all is
+    /// not stored twice.
     async fn publish(&mut self, event: Event) -> anyhow::Result<()> {
         let seq = self.template.seq + 1;
         let message = RunEventMessage::V1(RunEventV1 {
@@ -285,9 +296,17 @@ impl EventSink {
             }
             .into());
         }
-        let headers = platform::nats::publish_headers(&format!("{}:{seq}", self.template.task_id));
-        platform::nats::publish_idempotent(&self.js, &self.subject, headers, payload.into())
-            .await?;
+        // Fenced: if another worker ended this run meanwhile (this one was cut off long enough
+        // to be taken for lost), nothing more of this writer is stored.
+        let msg_id = format!("{}:{seq}:{}", self.template.task_id, self.writer.simple());
+        self.stream_seq = platform::nats::publish_fenced(
+            &self.js,
+            &self.subject,
+            &msg_id,
+            self.stream_seq,
+            payload.into(),
+        )
+        .await?;
         self.template.seq = seq;
         self.output.observe(&stored.event);
         Ok(())

@@ -242,8 +242,10 @@ fn with_heartbeat(record: &RunStatusRecord, now: DateTime<Utc>) -> Option<RunSta
 
 /// `record` ended as `end` at `now`, its cancel request settled; `None` (no write) when it has
 /// that status already, so a redelivered end changes nothing.
+/// The record with the run's end, unless it has ended already: the first end written stays
+/// (a worker cut off from NATS whose run another worker ended must not overwrite that end).
 fn with_end(record: &RunStatusRecord, end: &RunEnd, now: DateTime<Utc>) -> Option<RunStatusRecord> {
-    (record.status != end.status).then(|| RunStatusRecord {
+    (!record.status.is_terminal() && record.status != end.status).then(|| RunStatusRecord {
         status: end.status,
         cancel_requested: false,
         updated_at: now,
