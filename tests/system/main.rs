@@ -6,6 +6,7 @@ mod agents;
 mod agui;
 mod attachment_content;
 mod attachments_abuse;
+mod attachments_races;
 mod browser;
 mod cluster;
 mod compatibility_abuse;

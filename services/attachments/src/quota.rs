@@ -112,7 +112,9 @@ impl Quota {
 
     /// Is there room for one more file of `owner` of `size` bytes (`None`: not known yet)?
     /// `pending`: whether it will be an upload still to come (counted against the unfinished
-    /// uploads), or bytes the service already holds.
+    /// uploads), or bytes the service already holds. Only an early refusal: a concurrent request
+    /// may take the room before this one's file is recorded, so the insert itself must be
+    /// judged again, atomically ([`Quota::insert`]).
     pub(crate) async fn room(
         &self,
         pool: &PgPool,
@@ -127,13 +129,47 @@ impl Quota {
         Ok(self.judge(&usage, size))
     }
 
+    /// Records `u` as `store::insert_file` does (pending, or verified with `verified_sha256`)
+    /// if its owner has room for it, judged and recorded in one transaction under the owner's
+    /// quota lock ([`store::insert_within_quota`]): unlike [`Quota::room`] followed by an
+    /// insert, concurrent calls for one owner cannot together overshoot a limit. A verified file
+    /// is not held to the unfinished-upload limit. `Ok(true)`: recorded; `Ok(false)`: the owner
+    /// already has a live file with `u`'s declared hash (nothing written); `Err`: no room.
+    pub(crate) async fn insert(
+        &self,
+        pool: &PgPool,
+        u: &store::NewUpload<'_>,
+        verified_sha256: Option<&[u8]>,
+    ) -> anyhow::Result<Result<bool, QuotaError>> {
+        let pending = verified_sha256.is_none();
+        let c = &self.config;
+        let max_pending = if pending { c.max_pending } else { i64::MAX };
+        let done = store::insert_within_quota(
+            pool,
+            u,
+            verified_sha256,
+            max_pending,
+            c.max_files,
+            c.max_bytes,
+        )
+        .await?;
+        if done.inserted {
+            return Ok(Ok(true));
+        }
+        let mut usage = done.usage;
+        if !pending {
+            usage.pending = 0;
+        }
+        Ok(self.judge(&usage, Some(u.size)).map(|()| false))
+    }
+
     /// The limits.
     pub(crate) fn limits(&self) -> &QuotaConfig {
         &self.config
     }
 
-    /// Whether `usage` leaves room for a file of `size` bytes. `store::claim_upload` applies
-    /// the same three limits in SQL: keep them alike.
+    /// Whether `usage` leaves room for a file of `size` bytes. `store::claim_upload` and
+    /// `store::insert_within_quota` apply the same three limits in SQL: keep them alike.
     pub(crate) fn judge(&self, usage: &store::Usage, size: Option<i64>) -> Result<(), QuotaError> {
         let c = &self.config;
         if usage.pending >= c.max_pending {

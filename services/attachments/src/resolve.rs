@@ -295,9 +295,13 @@ impl Resolver {
             declared_sha256: None,
             expires_at: chrono::Utc::now(),
         };
-        let file = if store::insert_file(&self.pool, &upload, Some(&sha256)).await? {
-            store::find_owned(&self.pool, &owner, &self.bucket, &key).await?
-        } else {
+        // Checked and inserted under the owner's lock: concurrent registrations cannot pass the
+        // quota together.
+        let inserted = self
+            .quota
+            .insert(&self.pool, &upload, Some(&sha256))
+            .await?;
+        if !matches!(inserted, Ok(true)) {
             self.s3
                 .delete_object()
                 .bucket(&self.bucket)
@@ -305,7 +309,11 @@ impl Resolver {
                 .send()
                 .await
                 .map_err(aws_sdk_s3::Error::from)?;
-            store::find_by_hash(&self.pool, &owner, &sha256).await?
+        }
+        let file = match inserted {
+            Ok(true) => store::find_owned(&self.pool, &owner, &self.bucket, &key).await?,
+            Ok(false) => store::find_by_hash(&self.pool, &owner, &sha256).await?,
+            Err(full) => return refused(&full.to_string()),
         };
         let Some(file) = file else {
             return refused("the same content is being uploaded; retry");
@@ -397,7 +405,11 @@ impl Resolver {
                 declared_sha256: Some(&sha256),
                 expires_at,
             };
-            if store::insert_file(&self.pool, &upload, None).await?
+            let inserted = match self.quota.insert(&self.pool, &upload, None).await? {
+                Ok(inserted) => inserted,
+                Err(full) => return refused(&full.to_string()),
+            };
+            if inserted
                 && let Some(file) =
                     store::find_owned(&self.pool, &owner, &self.bucket, &key).await?
             {

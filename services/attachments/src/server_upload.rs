@@ -58,11 +58,13 @@ impl From<aws_sdk_s3::Error> for UploadError {
     }
 }
 
-/// The whole upload of `owner`'s `form`, at most `max_bytes`: room for one more file, the file
-/// streamed to S3 ([`receive`]), room for its bytes now that their size is known (else the
-/// object goes again), and the file recorded verified, in the form's session's workspace when
-/// it names one. When the owner already has these bytes, their earlier file answers and the new
-/// object goes: one object per content.
+/// The whole upload of `owner`'s `form`, at most `max_bytes`: room for one more file (an early
+/// refusal, before any byte is stored), the file streamed to S3 ([`receive`]), then the file
+/// recorded verified only if the owner still has room for it and its bytes, judged and recorded
+/// atomically per owner ([`Quota::insert`](crate::quota::Quota::insert): concurrent uploads of
+/// one owner cannot together overshoot the quota), else the object goes again; in the form's
+/// session's workspace when it names one. When the owner already has these bytes, their earlier
+/// file answers and the new object goes: one object per content.
 pub(crate) async fn upload(
     state: &AppState,
     owner: &str,
@@ -80,14 +82,6 @@ pub(crate) async fn upload(
     )
     .await?;
     let size = i64::try_from(stored.size).unwrap_or(i64::MAX);
-    if let Err(refused) = state
-        .quota
-        .room(&state.pool, owner, Some(size), false)
-        .await?
-    {
-        delete_object(state, &stored.key).await?;
-        return Err(refused.into());
-    }
     let upload = NewUpload {
         id,
         owner,
@@ -99,7 +93,25 @@ pub(crate) async fn upload(
         declared_sha256: None,
         expires_at: Utc::now(),
     };
-    let file = if store::insert_file(&state.pool, &upload, Some(&stored.sha256)).await? {
+    let inserted = match state
+        .quota
+        .insert(&state.pool, &upload, Some(&stored.sha256))
+        .await
+    {
+        Ok(Ok(inserted)) => inserted,
+        Ok(Err(refused)) => {
+            delete_object(state, &stored.key).await?;
+            return Err(refused.into());
+        }
+        Err(failed) => {
+            // Not recorded: the object would be one no file names.
+            if let Err(err) = delete_object(state, &stored.key).await {
+                tracing::warn!(error = %err, "object of an unrecorded upload not removed");
+            }
+            return Err(failed.into());
+        }
+    };
+    let file = if inserted {
         store::find_owned(&state.pool, owner, &state.bucket, &stored.key).await?
     } else {
         // The owner already has this content: keep one object.
@@ -296,7 +308,7 @@ async fn stream_to_s3(
                         None => multipart
                             .insert(S3Multipart::start(s3, bucket, key, file_type.mime).await?),
                     };
-                    upload.part(s3, std::mem::take(&mut buffer)).await?;
+                    upload.part(std::mem::take(&mut buffer)).await?;
                     buffer.reserve(PART_BYTES);
                 }
             }
@@ -315,16 +327,16 @@ async fn stream_to_s3(
     .await;
     if let Err(err) = outcome {
         if let Some(upload) = multipart {
-            upload.abort(s3).await;
+            upload.abort().await;
         }
         return Err(err);
     }
     match multipart {
         Some(mut upload) => {
             if !buffer.is_empty() {
-                upload.part(s3, buffer).await?;
+                upload.part(buffer).await?;
             }
-            upload.complete(s3).await?;
+            upload.complete().await?;
         }
         None => {
             s3.put_object()
@@ -341,11 +353,15 @@ async fn stream_to_s3(
     Ok((size, hasher.finalize().into()))
 }
 
-/// An S3 multipart upload in progress.
+/// An S3 multipart upload in progress. Completed ([`S3Multipart::complete`]) or aborted
+/// ([`S3Multipart::abort`]) by the upload; one that is dropped before either (the request's
+/// future dropped mid-way, or completing it failed) aborts itself (see its `Drop`).
 struct S3Multipart {
+    s3: aws_sdk_s3::Client,
     bucket: String,
     key: String,
-    upload_id: String,
+    /// Set from creation until the upload is completed or aborted.
+    upload_id: Option<String>,
     parts: Vec<CompletedPart>,
 }
 
@@ -365,20 +381,27 @@ impl S3Multipart {
             .await
             .map_err(aws_sdk_s3::Error::from)?;
         Ok(Self {
+            s3: s3.clone(),
             bucket: bucket.to_owned(),
             key: key.to_owned(),
-            upload_id: created.upload_id().unwrap_or_default().to_owned(),
+            upload_id: Some(created.upload_id().unwrap_or_default().to_owned()),
             parts: Vec::new(),
         })
     }
 
-    async fn part(&mut self, s3: &aws_sdk_s3::Client, bytes: Vec<u8>) -> anyhow::Result<()> {
+    /// The upload's id (empty once it is completed or aborted).
+    fn id(&self) -> &str {
+        self.upload_id.as_deref().unwrap_or_default()
+    }
+
+    async fn part(&mut self, bytes: Vec<u8>) -> anyhow::Result<()> {
         let number = i32::try_from(self.parts.len() + 1)?;
-        let uploaded = s3
+        let uploaded = self
+            .s3
             .upload_part()
             .bucket(&self.bucket)
             .key(&self.key)
-            .upload_id(&self.upload_id)
+            .upload_id(self.id())
             .part_number(number)
             .body(ByteStream::from(bytes))
             .send()
@@ -393,31 +416,72 @@ impl S3Multipart {
         Ok(())
     }
 
-    async fn complete(self, s3: &aws_sdk_s3::Client) -> anyhow::Result<()> {
-        s3.complete_multipart_upload()
+    /// Completes the upload; should that fail, dropping `self` aborts it.
+    async fn complete(mut self) -> anyhow::Result<()> {
+        self.s3
+            .complete_multipart_upload()
             .bucket(&self.bucket)
             .key(&self.key)
-            .upload_id(&self.upload_id)
+            .upload_id(self.id())
             .multipart_upload(
                 CompletedMultipartUpload::builder()
-                    .set_parts(Some(self.parts))
+                    .set_parts(Some(std::mem::take(&mut self.parts)))
                     .build(),
             )
             .send()
             .await
             .map_err(aws_sdk_s3::Error::from)?;
+        self.upload_id = None;
         Ok(())
     }
 
-    async fn abort(self, s3: &aws_sdk_s3::Client) {
-        let aborted = s3
-            .abort_multipart_upload()
-            .bucket(&self.bucket)
-            .key(&self.key)
-            .upload_id(&self.upload_id)
-            .send()
-            .await;
-        if let Err(err) = aborted {
+    /// Aborts the upload and waits for S3's answer.
+    async fn abort(mut self) {
+        if let Some(upload_id) = self.upload_id.take() {
+            abort(&self.s3, &self.bucket, &self.key, &upload_id).await;
+        }
+    }
+}
+
+impl Drop for S3Multipart {
+    /// Aborts an upload neither completed nor aborted, in a task of its own (a drop cannot
+    /// wait): the future of a request can be dropped at any await, and the parts sent so far
+    /// would otherwise stay in S3, billed and counted by no quota (review finding L3). Outside a
+    /// Tokio runtime nothing can be spawned: then, as when the process dies mid-upload, the
+    /// bucket's `AbortIncompleteMultipartUpload` lifecycle rule removes it
+    /// (`deploy/k8s/infra/s3/README.md`).
+    fn drop(&mut self) {
+        let Some(upload_id) = self.upload_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                upload_id,
+                "a multipart upload dropped outside a runtime is left to the bucket's lifecycle rule"
+            );
+            return;
+        };
+        let (s3, bucket, key) = (
+            self.s3.clone(),
+            std::mem::take(&mut self.bucket),
+            std::mem::take(&mut self.key),
+        );
+        runtime.spawn(async move { abort(&s3, &bucket, &key, &upload_id).await });
+    }
+}
+
+/// Aborts the multipart upload `upload_id` of `bucket`/`key`; a failure is logged.
+async fn abort(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, upload_id: &str) {
+    let aborted = s3
+        .abort_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(upload_id)
+        .send()
+        .await;
+    match aborted {
+        Ok(_) => tracing::debug!(upload_id, "multipart upload aborted"),
+        Err(err) => {
             tracing::warn!(error = %aws_sdk_s3::error::DisplayErrorContext(err), "cannot abort a multipart upload");
         }
     }
@@ -524,6 +588,60 @@ mod tests {
             };
             assert_eq!(named, field, "{message}");
             assert_eq!(message, format!("{field} must be at most {max} bytes"));
+        }
+    }
+
+    /// The parts S3 holds for the multipart upload `upload_id` of `bucket`/`key`; none once it
+    /// was aborted (S3 answers `NoSuchUpload`; s3s-fs lists no parts).
+    async fn parts(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, upload_id: &str) -> usize {
+        match s3
+            .list_parts()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await
+        {
+            Ok(listed) => listed.parts().len(),
+            Err(err) => {
+                let err = aws_sdk_s3::Error::from(err);
+                assert!(
+                    matches!(err, aws_sdk_s3::Error::NoSuchUpload(_)),
+                    "ListParts failed: {err:?}"
+                );
+                0
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_multipart_upload_whose_future_is_dropped_mid_way_is_aborted() {
+        let (s3, bucket) = crate::verify::tests::local_s3().await;
+        let (started, upload_id) = tokio::sync::oneshot::channel();
+        // An upload whose request goes away after its first part (its task is cancelled).
+        let request = {
+            let (s3, bucket) = (s3.clone(), bucket.clone());
+            tokio::spawn(async move {
+                let mut upload = S3Multipart::start(&s3, &bucket, "k", "text/plain")
+                    .await
+                    .unwrap();
+                upload.part(vec![b'a'; PART_BYTES]).await.unwrap();
+                started.send(upload.id().to_owned()).unwrap();
+                std::future::pending::<()>().await;
+                upload.complete().await
+            })
+        };
+        let upload_id = upload_id.await.unwrap();
+        assert_eq!(parts(&s3, &bucket, "k", &upload_id).await, 1);
+        request.abort();
+        assert!(request.await.unwrap_err().is_cancelled());
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while parts(&s3, &bucket, "k", &upload_id).await != 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the dropped upload's part is still in S3"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 }

@@ -3,7 +3,7 @@
 //! data in `services/attachments/.sqlx/` after a query or a migration changes).
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{Connection as _, PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 /// Where a file is in its life: the `files.status` column (`files_status_check`).
@@ -193,28 +193,57 @@ pub(crate) struct NewUpload<'a> {
     pub(crate) expires_at: DateTime<Utc>,
 }
 
-/// Records a file: pending (a presigned upload will bring its bytes, `verified_sha256` is
-/// `None`) or verified (the service checked the bytes itself; their hash also serves as the
-/// declared one). `false` when the owner already has a live file with this declared hash (a
-/// concurrent request won): nothing was written.
-pub(crate) async fn insert_file(
+/// What [`insert_within_quota`] did.
+#[derive(Debug)]
+pub(crate) struct QuotaInsert {
+    /// The owner's [`Usage`] the insert was judged on.
+    pub(crate) usage: Usage,
+    /// Whether the file was recorded. When not, either `usage` leaves no room for it (as
+    /// `Quota::judge` says), or the owner already has a live file with its declared hash.
+    pub(crate) inserted: bool,
+}
+
+/// Records a file exactly as [`insert_file`] does (pending, or verified with `verified_sha256`),
+/// but only if the owner's [`usage`] leaves room for it: fewer than `max_pending` unfinished
+/// uploads (pass `i64::MAX` for a file that will not be pending), fewer than `max_files` files,
+/// and `u.size` more bytes within `max_bytes`. One transaction under the owner's quota lock
+/// ([`lock_owner`]), so concurrent inserts of one owner cannot together overshoot the limits.
+pub(crate) async fn insert_within_quota(
     pool: &PgPool,
     u: &NewUpload<'_>,
     verified_sha256: Option<&[u8]>,
-) -> sqlx::Result<bool> {
+    max_pending: i64,
+    max_files: i64,
+    max_bytes: i64,
+) -> sqlx::Result<QuotaInsert> {
     let (status, declared) = match verified_sha256 {
         Some(sha256) => (FileStatus::Verified, Some(sha256)),
         None => (FileStatus::Pending, u.declared_sha256),
     };
-    let inserted = sqlx::query_scalar!(
-        "INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
-                            declared_sha256, sha256, status, expires_at, verified_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                 CASE WHEN $10 = 'verified' THEN now() END)
-         ON CONFLICT (owner, declared_sha256)
-           WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
-         DO NOTHING
-         RETURNING id",
+    let mut tx = pool.begin().await?;
+    lock_owner(&mut tx, u.owner).await?;
+    let row = sqlx::query!(
+        r#"WITH usage AS (
+             SELECT count(*) AS files, coalesce(sum(size_bytes), 0)::bigint AS bytes,
+                    count(*) FILTER (WHERE status = 'pending' AND expires_at > now()) AS pending
+             FROM files WHERE owner = $2 AND status IN ('pending', 'verified')
+           ),
+           inserted AS (
+             INSERT INTO files (id, owner, bucket, object_key, file_name, content_type, size_bytes,
+                                declared_sha256, sha256, status, expires_at, verified_at)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                    CASE WHEN $10 = 'verified' THEN now() END
+             FROM usage
+             WHERE usage.pending < $12 AND usage.files < $13
+               AND usage.bytes <= $14::bigint - $7::bigint
+             ON CONFLICT (owner, declared_sha256)
+               WHERE declared_sha256 IS NOT NULL AND status IN ('pending', 'verified')
+             DO NOTHING
+             RETURNING id
+           )
+           SELECT u.files AS "files!", u.bytes AS "bytes!", u.pending AS "pending!",
+                  EXISTS (SELECT FROM inserted) AS "inserted!"
+           FROM usage u"#,
         u.id,
         u.owner,
         u.bucket,
@@ -225,11 +254,22 @@ pub(crate) async fn insert_file(
         declared,
         verified_sha256,
         status.as_str(),
-        verified_sha256.is_none().then_some(u.expires_at)
+        verified_sha256.is_none().then_some(u.expires_at),
+        max_pending,
+        max_files,
+        max_bytes
     )
-    .fetch_optional(pool)
+    .fetch_one(&mut *tx)
     .await?;
-    Ok(inserted.is_some())
+    tx.commit().await?;
+    Ok(QuotaInsert {
+        usage: Usage {
+            files: row.files,
+            bytes: row.bytes,
+            pending: row.pending,
+        },
+        inserted: row.inserted,
+    })
 }
 
 /// What [`claim_upload`] found or did.
@@ -243,19 +283,41 @@ pub(crate) struct Claim {
     pub(crate) inserted: bool,
 }
 
-/// One statement for a new presigned upload: the dedup lookup of [`find_by_hash`] (by the
-/// declared hash); when it finds nothing, the owner's [`usage`] and, if it stays within the
-/// pending, file and byte limits, the insert of the pending file `u` exactly as [`insert_file`]
-/// makes it, yielding to a concurrent claim of the same content (`files_owner_sha256_live_key`).
-/// The limits are those `Quota::judge` applies to the returned usage, which says why nothing
-/// was inserted.
-pub(crate) async fn claim_upload<'e>(
-    db: impl PgExecutor<'e>,
+/// Takes `owner`'s quota lock until the end of the transaction `tx` runs in: a transaction-level
+/// advisory lock on a 64-bit hash of the owner (namespaced, so that no other user of advisory
+/// locks in the database shares its keys). Every statement that judges an owner's usage and then
+/// inserts a file runs under it ([`claim_upload`], [`insert_within_quota`]), so concurrent
+/// requests of one owner are judged one after the other, each seeing the files the previous ones
+/// added: under READ COMMITTED, two statements running at once would both count the usage as it
+/// was before either (review finding L2). The lock must be taken by a statement of its own,
+/// before the one that reads the usage, whose snapshot is then taken after the lock was granted.
+/// Two owners whose hashes collide merely wait for each other.
+async fn lock_owner(tx: &mut PgConnection, owner: &str) -> sqlx::Result<()> {
+    sqlx::query_scalar!(
+        r#"SELECT true AS "locked!"
+         FROM pg_advisory_xact_lock(hashtextextended('switchboard.attachments.owner:' || $1, 0))"#,
+        owner
+    )
+    .fetch_one(tx)
+    .await?;
+    Ok(())
+}
+
+/// One transaction for a new presigned upload, under the owner's quota lock ([`lock_owner`]):
+/// then one statement, the dedup lookup of [`find_by_hash`] (by the declared hash); when it finds
+/// nothing, the owner's [`usage`] and, if it stays within the pending, file and byte limits, the
+/// insert of the pending file `u` exactly as [`insert_file`] makes it, yielding to a concurrent
+/// claim of the same content (`files_owner_sha256_live_key`). The limits are those
+/// `Quota::judge` applies to the returned usage, which says why nothing was inserted.
+pub(crate) async fn claim_upload(
+    conn: &mut PgConnection,
     u: &NewUpload<'_>,
     max_pending: i64,
     max_files: i64,
     max_bytes: i64,
 ) -> sqlx::Result<Claim> {
+    let mut tx = conn.begin().await?;
+    lock_owner(&mut tx, u.owner).await?;
     let row = sqlx::query!(
         r#"WITH found AS (
              SELECT id, bucket, object_key, file_name, content_type, size_bytes, declared_sha256,
@@ -306,8 +368,9 @@ pub(crate) async fn claim_upload<'e>(
         max_files,
         max_bytes
     )
-    .fetch_one(db)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     let existing = match (
         row.id,
         row.bucket,

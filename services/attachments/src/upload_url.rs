@@ -122,7 +122,8 @@ pub(crate) enum Claimed {
 }
 
 /// All the PostgreSQL work of a request, on one connection (one check on acquire): the dedup
-/// lookup, the quota and the insert of a new pending file in one statement
+/// lookup, the quota and the insert of a new pending file in one statement, in a transaction
+/// holding the owner's quota lock so that concurrent requests cannot overshoot the limits
 /// ([`store::claim_upload`]); the owner's live file with the same content answers instead; then
 /// the session's workspace entry.
 pub(crate) async fn claim(
@@ -150,7 +151,7 @@ pub(crate) async fn claim(
             expires_at,
         };
         let claim = store::claim_upload(
-            &mut *conn,
+            &mut conn,
             &new,
             limits.max_pending,
             limits.max_files,
