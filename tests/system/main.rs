@@ -7,6 +7,7 @@ mod agui;
 mod attachment_content;
 mod attachments_abuse;
 mod attachments_races;
+mod audio;
 mod browser;
 mod cluster;
 mod compatibility_abuse;

@@ -170,7 +170,8 @@ pub fn input_body(
                     }
                     ContentBlock::Binary(_)
                     | ContentBlock::Image(_)
-                    | ContentBlock::Document(_) => {
+                    | ContentBlock::Document(_)
+                    | ContentBlock::Audio(_) => {
                         let Some(file) = files.next() else {
                             continue; // not admitted: nothing the agent would get
                         };

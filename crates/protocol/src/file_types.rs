@@ -15,6 +15,12 @@ pub struct FileType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Magic {
     Prefix(&'static [u8]),
+    /// MPEG audio: an ID3 tag, or a frame sync.
+    Mp3,
+    /// `RIFF....WAVE`.
+    Wav,
+    /// An ISO media file (`....ftyp`), as `.m4a` is.
+    Ftyp,
     Ole,
     Zip,
     Gif,
@@ -25,7 +31,9 @@ enum Magic {
 
 const OLE: &[u8] = &[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1];
 
-/// Every allowed type: PDF, DOC/DOCX, XLS/XLSX, PPT/PPTX, PNG, JPEG, GIF, WebP, BMP, SVG, CSV, TXT.
+/// Every allowed type: PDF, DOC/DOCX, XLS/XLSX, PPT/PPTX, PNG, JPEG, GIF, WebP, BMP, SVG, CSV,
+/// TXT (the twelve of `file-attachments.md`), and audio (MP3, WAV, OGG, WebM, M4A, FLAC: a seed
+/// deviation, for AG-UI's `audio` parts).
 pub const ALLOWED: &[FileType] = &[
     FileType {
         mime: "application/pdf",
@@ -106,6 +114,42 @@ pub const ALLOWED: &[FileType] = &[
         magic: Magic::Svg,
     },
     FileType {
+        mime: "audio/mpeg",
+        icon: "audio",
+        active: false,
+        magic: Magic::Mp3,
+    },
+    FileType {
+        mime: "audio/wav",
+        icon: "audio",
+        active: false,
+        magic: Magic::Wav,
+    },
+    FileType {
+        mime: "audio/ogg",
+        icon: "audio",
+        active: false,
+        magic: Magic::Prefix(b"OggS"),
+    },
+    FileType {
+        mime: "audio/webm",
+        icon: "audio",
+        active: false,
+        magic: Magic::Prefix(&[0x1A, 0x45, 0xDF, 0xA3]),
+    },
+    FileType {
+        mime: "audio/mp4",
+        icon: "audio",
+        active: false,
+        magic: Magic::Ftyp,
+    },
+    FileType {
+        mime: "audio/flac",
+        icon: "audio",
+        active: false,
+        magic: Magic::Prefix(b"fLaC"),
+    },
+    FileType {
         mime: "text/csv",
         icon: "csv",
         active: false,
@@ -130,6 +174,12 @@ impl FileType {
     pub fn matches(&self, head: &[u8]) -> bool {
         match self.magic {
             Magic::Prefix(prefix) => head.starts_with(prefix),
+            Magic::Mp3 => {
+                head.starts_with(b"ID3")
+                    || (head.len() >= 2 && head[0] == 0xFF && head[1] & 0xE0 == 0xE0)
+            }
+            Magic::Wav => head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WAVE",
+            Magic::Ftyp => head.len() >= 8 && &head[4..8] == b"ftyp",
             Magic::Ole => head.starts_with(OLE),
             Magic::Zip => head.starts_with(b"PK\x03\x04"),
             Magic::Gif => head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a"),
@@ -183,6 +233,20 @@ mod tests {
             kind("application/vnd.openxmlformats-officedocument.wordprocessingml.document")
                 .matches(b"PK\x03\x04....")
         );
+    }
+
+    #[test]
+    fn audio_files_are_recognised_by_their_signatures() {
+        assert!(kind("audio/mpeg").matches(b"ID3\x04\0\0"));
+        assert!(kind("audio/mpeg").matches(&[0xFF, 0xFB, 0x90, 0x64]));
+        assert!(!kind("audio/mpeg").matches(b"%PDF-1.7"));
+        assert!(kind("audio/wav").matches(b"RIFF\x24\0\0\0WAVEfmt "));
+        assert!(!kind("audio/wav").matches(b"RIFF\x10\0\0\0WEBPVP8 "));
+        assert!(kind("audio/ogg").matches(b"OggS\0\x02"));
+        assert!(kind("audio/webm").matches(&[0x1A, 0x45, 0xDF, 0xA3, 0x9F]));
+        assert!(kind("audio/mp4").matches(b"\0\0\0\x20ftypM4A \0\0\0\0"));
+        assert!(kind("audio/flac").matches(b"fLaC\0\0\0\x22"));
+        assert_eq!(kind("audio/flac").icon, "audio");
     }
 
     #[test]

@@ -204,6 +204,8 @@ pub enum ContentBlock {
     Image(SourcePart),
     /// `type: "document"`: AG-UI 1.0's document part.
     Document(SourcePart),
+    /// `type: "audio"`: AG-UI 1.0's audio part (an uploaded audio file, by URL).
+    Audio(SourcePart),
 }
 
 /// A text block.
@@ -258,7 +260,7 @@ impl BinaryBlock {
     }
 }
 
-/// AG-UI 1.0 `image` / `document` part with a `source`.
+/// AG-UI 1.0 `image` / `document` / `audio` part with a `source`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourcePart {
     /// Where the bytes are: `{"type": "url", "value": ..., "mimeType"?}` or inline data.

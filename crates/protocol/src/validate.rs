@@ -228,7 +228,7 @@ fn validate_block(block: &ContentBlock, at: &str) -> Result<(), Violation> {
             }
             Ok(())
         }
-        ContentBlock::Image(part) | ContentBlock::Document(part) => {
+        ContentBlock::Image(part) | ContentBlock::Document(part) | ContentBlock::Audio(part) => {
             let kind = part.source.get("type").and_then(Value::as_str);
             let value = part.source.get("value").and_then(Value::as_str);
             match (kind, value) {
@@ -526,21 +526,21 @@ mod tests {
         assert_eq!(serde_json::to_value(parsed.ok()).unwrap_or_default(), input);
     }
 
-    /// Audio is not accepted (README "Audio is not accepted"): no audio type can be uploaded,
-    /// so an AG-UI `audio` part, or a seed `binary` block of an audio type, is refused before
-    /// any file is looked up.
+    /// An AG-UI `audio` part is taken like an image part (a URL source; admission checks the
+    /// file is the caller's verified audio); inline audio is refused like inline data, and a
+    /// seed `binary` block stays image-only (the seed's message).
     #[test]
-    fn audio_parts_are_refused() {
+    fn audio_parts_are_taken_by_url_and_refused_inline() {
         let mut input = valid();
         input["messages"][0]["content"] = json!([
             {"type": "text", "text": "listen"},
             {"type": "audio", "source": {"type": "url", "value": "s3://b/k.wav", "mimeType": "audio/wav"}}
         ]);
-        let v = violation(&input);
+        assert!(parse_run_input(&body(&input)).is_ok());
+        input["messages"][0]["content"][1]["source"] = json!({"type": "data", "value": "UklGRg=="});
         assert_eq!(
-            (v.kind, v.field.as_str()),
-            (ViolationKind::Malformed, "/messages/0"),
-            "{v:?}"
+            violation(&input),
+            Violation::rule("/messages/0/content/1/source", messages::BINARY_DATA)
         );
         input["messages"][0]["content"] = json!([
             {"type": "binary", "mimeType": "audio/mpeg", "url": "https://x/y.mp3"}

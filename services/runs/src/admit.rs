@@ -45,8 +45,9 @@ struct Slot {
     url: String,
     /// Field of the URL, relative to the block.
     url_field: &'static str,
-    /// Binary and image blocks must be images.
-    image_only: bool,
+    /// What the verified file must be (`image/`: binary and image blocks; `audio/`: audio
+    /// blocks; `None`: a document, any allowed type).
+    kind: Option<&'static str>,
 }
 
 impl Admission {
@@ -110,11 +111,21 @@ impl Admission {
                     });
                 }
             };
-            if slot.image_only && !file.mime_type.starts_with("image/") {
-                return Err(AdmitError::Refused {
-                    field: format!("/messages/{at}/content/{}/mimeType", slot.index),
-                    message: messages::BINARY_IMAGE_MIME.to_owned(),
-                });
+            match slot.kind {
+                Some(kind) if !file.mime_type.starts_with(kind) => {
+                    return Err(AdmitError::Refused {
+                        field: format!("/messages/{at}/content/{}/mimeType", slot.index),
+                        message: if kind == "audio/" {
+                            format!(
+                                "audio content requires an audio file, not {}",
+                                file.mime_type
+                            )
+                        } else {
+                            messages::BINARY_IMAGE_MIME.to_owned()
+                        },
+                    });
+                }
+                _ => {}
             }
             rewrite(&mut blocks[slot.index], &file);
             admitted.push(AttachedFile {
@@ -164,19 +175,25 @@ fn slot(index: usize, block: &ContentBlock) -> Option<Slot> {
             index,
             url: binary.url.clone().unwrap_or_default(),
             url_field: "/url",
-            image_only: true,
+            kind: Some("image/"),
         }),
-        ContentBlock::Image(part) | ContentBlock::Document(part) => Some(Slot {
-            index,
-            url: part
-                .source
-                .get("value")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            url_field: "/source/value",
-            image_only: matches!(block, ContentBlock::Image(_)),
-        }),
+        ContentBlock::Image(part) | ContentBlock::Document(part) | ContentBlock::Audio(part) => {
+            Some(Slot {
+                index,
+                url: part
+                    .source
+                    .get("value")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                url_field: "/source/value",
+                kind: match block {
+                    ContentBlock::Image(_) => Some("image/"),
+                    ContentBlock::Audio(_) => Some("audio/"),
+                    _ => None,
+                },
+            })
+        }
         ContentBlock::Text(_) => None,
     }
 }
@@ -188,7 +205,7 @@ fn rewrite(block: &mut ContentBlock, file: &ResolvedFile) {
             binary.url = Some(internal);
             binary.mime_type = Some(file.mime_type.clone());
         }
-        ContentBlock::Image(part) | ContentBlock::Document(part) => {
+        ContentBlock::Image(part) | ContentBlock::Document(part) | ContentBlock::Audio(part) => {
             if let Some(source) = part.source.as_object_mut() {
                 source.insert("value".to_owned(), Value::String(internal));
                 source.insert("mimeType".to_owned(), Value::String(file.mime_type.clone()));

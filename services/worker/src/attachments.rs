@@ -43,6 +43,10 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+/// What an agent that reads files here (the built-in ones, the model) is told of an audio file.
+pub const AUDIO_NOT_TRANSCRIBED: &str =
+    "audio is not transcribed; agents served over AG-UI get the file itself";
+
 /// Files read per message; admission already refuses more.
 pub const MAX_FILES: usize = 3;
 
@@ -413,6 +417,13 @@ impl AttachmentReader {
         let name = file.name();
         let deadline = Instant::now() + self.timeout;
         let failed = |reason: String| format!("could not read {name}: {reason}");
+        // Audio is not transcribed here: nothing to download. (An agent served over AG-UI gets
+        // the file itself, as a signed link.)
+        if file.mime_type.starts_with("audio/") {
+            return Ok(Extracted::Unsupported {
+                reason: AUDIO_NOT_TRANSCRIBED.to_owned(),
+            });
+        }
         self.check(file).map_err(failed)?;
         let slot = match tokio::time::timeout_at(deadline, self.extractor.slot()).await {
             Ok(Some(slot)) => slot,

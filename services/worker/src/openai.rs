@@ -466,11 +466,12 @@ fn block_part(block: &ContentBlock) -> Option<Value> {
     let source = match block {
         ContentBlock::Text(text) => return Some(json!({"type": "text", "text": text.text})),
         ContentBlock::Binary(binary) => binary.url.as_deref().unwrap_or_default(),
-        ContentBlock::Image(part) | ContentBlock::Document(part) => part
-            .source
-            .get("value")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
+        ContentBlock::Image(part) | ContentBlock::Document(part) | ContentBlock::Audio(part) => {
+            part.source
+                .get("value")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        }
     };
     // `s3://` blocks are admitted files; their content comes with the turn that admitted them.
     if source

@@ -506,15 +506,42 @@ fn block(part: Value) -> Result<ContentBlock, WsError> {
                         "image_url.url",
                     )
                 })?;
-            check_url(url)?;
+            check_url(url, "image_url.url")?;
             Ok(ContentBlock::Image(SourcePart {
+                source: json!({"type": "url", "value": url}),
+                extra: Map::new(),
+            }))
+        }
+        // OpenAI's audio part, by URL: `input_audio.url` an uploaded audio file (OpenAI's inline
+        // `input_audio.data` is refused like an inline image).
+        "input_audio" => {
+            let audio = part.get("input_audio");
+            if audio.and_then(|a| a.get("data")).is_some() {
+                return Err(WsError::new(
+                    WsErrorCode::InvalidDataContent,
+                    "inline audio data is not accepted; upload the file first (POST /v2/files/upload-url) and send its content_url as input_audio.url",
+                    "input_audio.data",
+                ));
+            }
+            let url = audio
+                .and_then(|a| a.get("url"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    WsError::new(
+                        WsErrorCode::InvalidDataContent,
+                        "an input_audio part needs input_audio.url (an uploaded file's content_url)",
+                        "input_audio.url",
+                    )
+                })?;
+            check_url(url, "input_audio.url")?;
+            Ok(ContentBlock::Audio(SourcePart {
                 source: json!({"type": "url", "value": url}),
                 extra: Map::new(),
             }))
         }
         other => Err(WsError::new(
             WsErrorCode::InvalidDataContent,
-            format!("content parts must be text or image_url, not {other:?}"),
+            format!("content parts must be text, image_url or input_audio, not {other:?}"),
             "content.messages[].content[].type",
         )),
     }
@@ -524,12 +551,12 @@ fn block(part: Value) -> Result<ContentBlock, WsError> {
 /// URL it signed (admission checks which, and that it is the caller's verified file). Inline
 /// `data:` images are refused here, naming why: every file an agent sees is an upload the
 /// attachments service verified and the owner can list, download and delete.
-fn check_url(url: &str) -> Result<(), WsError> {
+fn check_url(url: &str, field: &str) -> Result<(), WsError> {
     if url.starts_with("data:") {
         return Err(WsError::new(
             WsErrorCode::InvalidDataContent,
-            "inline data: images are not accepted; upload the image first (POST /v2/files/upload-url) and send its content_url",
-            "image_url.url",
+            "inline data: URLs are not accepted; upload the file first (POST /v2/files/upload-url) and send its content_url",
+            field,
         ));
     }
     if url.starts_with("https://") || url.starts_with("http://") || url.starts_with("s3://") {
@@ -537,8 +564,8 @@ fn check_url(url: &str) -> Result<(), WsError> {
     }
     Err(WsError::new(
         WsErrorCode::InvalidDataContent,
-        "image_url.url must be an s3:// content_url or a URL signed by the attachments service",
-        "image_url.url",
+        format!("{field} must be an s3:// content_url or a URL signed by the attachments service"),
+        field,
     ))
 }
 
@@ -629,7 +656,7 @@ mod tests {
 
     const MISSING_MESSAGES: &str = "content.messages must be a list of messages";
     const NOT_TEXT_OR_PARTS: &str = "the user message's content must be text or a list of parts";
-    const INLINE_DATA: &str = "inline data: images are not accepted; upload the image first (POST /v2/files/upload-url) and send its content_url";
+    const INLINE_DATA: &str = "inline data: URLs are not accepted; upload the file first (POST /v2/files/upload-url) and send its content_url";
     const OTHER_SCHEME: &str =
         "image_url.url must be an s3:// content_url or a URL signed by the attachments service";
     const CONTENT_URLS: &str = "content_urls must be a list of s3:// URLs";
@@ -1101,9 +1128,42 @@ mod tests {
     }
 
     #[test]
+    fn an_audio_part_is_an_uploaded_file_by_url_never_inline_data() {
+        let by_url = json!({"type": "input_audio", "input_audio": {"url": "s3://b/u/a.wav"}});
+        let Inbound::UserMessage { content, .. } = read(&turn_with(json!([
+            {"type": "text", "text": "listen"}, by_url
+        ]))) else {
+            unreachable!("a user message")
+        };
+        let UserContent::Blocks(blocks) = content else {
+            unreachable!("blocks")
+        };
+        assert!(
+            matches!(&blocks[1], ContentBlock::Audio(part) if part.source["value"] == "s3://b/u/a.wav"),
+            "{blocks:?}"
+        );
+        let inline =
+            json!({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}});
+        assert_eq!(
+            refusal(&turn_with(json!([inline]))).details,
+            "input_audio.data"
+        );
+        let nothing = json!({"type": "input_audio", "input_audio": {}});
+        assert_eq!(
+            refusal(&turn_with(json!([nothing]))).details,
+            "input_audio.url"
+        );
+        let elsewhere = json!({"type": "input_audio", "input_audio": {"url": "ftp://x/a.wav"}});
+        assert_eq!(
+            refusal(&turn_with(json!([elsewhere]))).code,
+            WsErrorCode::InvalidDataContent
+        );
+    }
+
+    #[test]
     fn a_part_of_another_type_is_refused_quoting_the_type() {
         for (part, shown) in [
-            (json!({"type": "input_audio"}), r#""input_audio""#),
+            (json!({"type": "input_video"}), r#""input_video""#),
             (json!({"type": "Text", "text": "hi"}), r#""Text""#),
             (json!({"type": ""}), r#""""#),
             (json!({"text": "hi"}), r#""""#),
@@ -1114,7 +1174,7 @@ mod tests {
             assert_eq!(
                 refusal(&turn_with(json!([part.clone()]))),
                 bad_data(
-                    &format!("content parts must be text or image_url, not {shown}"),
+                    &format!("content parts must be text, image_url or input_audio, not {shown}"),
                     "content.messages[].content[].type"
                 ),
                 "{part}"
