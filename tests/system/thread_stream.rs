@@ -367,3 +367,47 @@ async fn a_client_joining_while_a_prompt_waits_gets_the_question_and_then_the_an
         "the reloaded client: the continuation, nothing else"
     );
 }
+
+#[tokio::test]
+async fn the_snapshot_gives_each_file_of_the_thread_as_a_fresh_link_that_serves_it() {
+    use base64::Engine as _;
+    let platform = TestPlatform::spawn().await.unwrap();
+    let api = platform.api();
+    let alice = platform.infra.token("alice");
+    let thread = uuid::Uuid::new_v4().to_string();
+    let png = base64::engine::general_purpose::STANDARD
+        .decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
+        .unwrap();
+    let content_url = switchboard_system_tests::upload_file(
+        &platform,
+        &alice,
+        "",
+        png.clone(),
+        "dot.png",
+        "image/png",
+    )
+    .await;
+    let mut run = text_run(&thread, "with-file", "look at this");
+    run["messages"][0]["content"] = serde_json::json!([
+        {"type": "text", "text": "look at this"},
+        {"type": "image", "source": {"type": "url", "value": content_url}}
+    ]);
+    let (status, body) = api.post_run(&alice, &run).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    api.wait_for_status(&alice, "with-file", "completed")
+        .await
+        .unwrap();
+
+    let (_, stream, _) = ThreadStream::open(&platform, &alice, &thread, None).await;
+    let snapshot = stream.unwrap().next().await;
+    let part = &snapshot.data["messages"][0]["content"][1];
+    assert_eq!(part["type"], "image", "{snapshot:?}");
+    let link = part["source"]["value"].as_str().unwrap();
+    assert!(
+        link.starts_with("http"),
+        "a link a client can fetch: {link}"
+    );
+    let fetched = platform.http.get(link).send().await.unwrap();
+    assert_eq!(fetched.status().as_u16(), 200);
+    assert_eq!(fetched.bytes().await.unwrap().as_ref(), png.as_slice());
+}

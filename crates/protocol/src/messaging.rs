@@ -461,6 +461,11 @@ pub enum ThreadMessagesRequest {
         runs_seq: u64,
         /// At most this many (the most recent), up to [`MAX_THREAD_MESSAGES`].
         limit: u32,
+        /// Every `s3://` file part of a user message answered as a freshly signed link (an
+        /// AG-UI 1.0 part), or a text part when the file is gone: for a client (a thread's
+        /// snapshot). The worker signs what it sends a remote agent itself.
+        #[serde(default)]
+        signed_links: bool,
     },
 }
 

@@ -85,6 +85,8 @@ pub struct Application {
     client: async_nats::Client,
     names: protocol::messaging::Names,
     pool: PgPool,
+    /// Signs the file links of a thread's snapshot.
+    signer: Arc<sign::UrlSigner>,
 }
 
 impl platform::service::Service for Application {
@@ -127,7 +129,7 @@ impl platform::service::Service for Application {
         let router = routes::router(AppState {
             auth,
             pool: pool.clone(),
-            signer,
+            signer: Arc::clone(&signer),
             time_zones,
         })
         .merge(platform::http::health_routes(probes));
@@ -140,6 +142,7 @@ impl platform::service::Service for Application {
             client,
             names: config.nats.names.clone(),
             pool,
+            signer,
         })
     }
 
@@ -166,6 +169,7 @@ impl platform::service::Service for Application {
                 runs: self.ingest.runs_consumer(),
                 events: self.events,
             },
+            self.signer,
             shutdown.clone(),
         );
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());

@@ -12,7 +12,10 @@
 //! run's input carried it (`messages.agui`); the agent's messages are rebuilt from the stored
 //! text and tool calls.
 
+use std::sync::Arc;
+
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
+use protocol::agui_files::{file_refs, replace_files};
 use protocol::messaging::{
     MAX_THREAD_MESSAGES, Names, RunEventMessage, ThreadMessagesReply, ThreadMessagesRequest,
 };
@@ -25,6 +28,7 @@ use uuid::Uuid;
 use crate::ingest::PullConsumer;
 use crate::lookup::{CATCH_UP, CATCH_UP_STEP, caught_up};
 use crate::respond;
+use crate::sign::UrlSigner;
 use crate::store::{self, AguiRow, Role};
 
 /// Where the endpoint finds how far history has written.
@@ -42,15 +46,16 @@ pub(crate) async fn serve(
     names: Names,
     pool: PgPool,
     written: Written,
+    signer: Arc<UrlSigner>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (pool, written, names_ref) = (&pool, &written, &names);
+    let (pool, written, names_ref, signer) = (&pool, &written, &names, &*signer);
     respond::serve(
         client,
         &names,
         names.history_thread_messages_subject(),
         shutdown,
-        |request| answer(pool, written, names_ref, request),
+        |request| answer(pool, written, names_ref, signer, request),
     )
     .await
 }
@@ -59,6 +64,7 @@ async fn answer(
     pool: &PgPool,
     written: &Written,
     names: &Names,
+    signer: &UrlSigner,
     request: ThreadMessagesRequest,
 ) -> anyhow::Result<ThreadMessagesReply> {
     let ThreadMessagesRequest::V1 {
@@ -67,6 +73,7 @@ async fn answer(
         task_id,
         runs_seq,
         limit,
+        signed_links,
     } = request;
     let deadline = Instant::now() + CATCH_UP;
     if !caught_up(&written.runs, runs_seq, deadline).await? {
@@ -101,7 +108,17 @@ async fn answer(
         i64::from(limit) + 1,
     )
     .await?;
-    let (messages, truncated) = shape(rows, limit);
+    let (mut messages, truncated) = shape(rows, limit);
+    if signed_links {
+        // For a client: every file part a link it can fetch now (or a note that it is gone).
+        let refs = file_refs(&messages);
+        if !refs.is_empty() {
+            let signed = signer
+                .sign(&owner, refs.iter().map(|r| r.url.clone()).collect())
+                .await;
+            replace_files(&mut messages, &refs, signed);
+        }
+    }
     Ok(ThreadMessagesReply::V1 {
         messages,
         truncated,

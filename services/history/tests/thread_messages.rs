@@ -157,6 +157,7 @@ impl TestHistory {
             task_id: run.task.task_id,
             runs_seq: run.runs_seq,
             limit,
+            signed_links: false,
         };
         let reply = tokio::time::timeout(
             Duration::from_secs(10),

@@ -438,6 +438,7 @@ impl Threads {
             task_id: open.unwrap_or(Uuid::nil()),
             runs_seq,
             limit: MAX_THREAD_MESSAGES,
+            signed_links: true,
         };
         let payload = bytes::Bytes::from(serde_json::to_vec(&request)?);
         let subject = self.names.history_thread_messages_subject();

@@ -28,6 +28,7 @@ use tokio::sync::Semaphore;
 use crate::agent::{Agent, AgentFailure, ModelInput};
 use crate::sink::{Cancelled, EventSink};
 pub use config::{FilesMode, RemoteAgentConfig};
+use protocol::agui_files::{FileRef, file_refs, gone, replace_files};
 use verify::{End, ProtocolError, Verifier};
 
 /// The `RUN_ERROR` codes of a remote run that went wrong.
@@ -509,6 +510,7 @@ impl RemoteAgent {
             task_id: task.task_id,
             runs_seq,
             limit: HISTORY_LIMIT,
+            signed_links: false,
         };
         let payload = bytes::Bytes::from(serde_json::to_vec(&request)?);
         let subject = self.context.names.history_thread_messages_subject();
@@ -550,71 +552,56 @@ impl RemoteAgent {
     /// (`files = "urls"`), or, for the new message's files, with a text part of the extracted
     /// content (`files = "text"`). A file that is gone becomes a text part saying so.
     async fn files(&self, messages: &mut [Value], input: &ModelInput<'_>) {
-        let mut refs = Vec::new();
-        for (m, message) in messages.iter().enumerate() {
-            if message.get("role").and_then(Value::as_str) != Some("user") {
-                continue;
-            }
-            let Some(Value::Array(blocks)) = message.get("content") else {
-                continue;
-            };
-            for (b, block) in blocks.iter().enumerate() {
-                if let Some(url) = file_url(block).filter(|u| u.starts_with("s3://")) {
-                    refs.push((m, b, url.to_owned()));
-                }
-            }
-        }
+        let refs = file_refs(messages);
         if refs.is_empty() {
             return;
         }
         let replacements: Vec<Value> = match self.config.files {
             FilesMode::Urls => {
-                let urls = refs.iter().map(|(_, _, url)| url.clone()).collect();
+                let urls = refs.iter().map(|r| r.url.clone()).collect();
                 let signed = self.sign(&input.task.owner, urls).await;
-                refs.iter()
-                    .zip(signed)
-                    .map(|((m, b, _), url)| {
-                        let block = &messages[*m]["content"][*b];
-                        match url {
-                            Some(url) => with_url(block, &url),
-                            None => gone(block),
-                        }
-                    })
-                    .collect()
+                replace_files(messages, &refs, signed);
+                return;
             }
             FilesMode::Text => refs
                 .iter()
-                .map(|(m, b, url)| {
-                    let block = &messages[*m]["content"][*b];
-                    let found = input.attachments.iter().find(|a| {
-                        format!(
-                            "s3://{}/{}",
-                            a.file.bucket,
-                            a.file.path.trim_start_matches('/')
-                        ) == *url
-                    });
-                    match found {
-                        Some(attachment) => {
-                            let text = match &attachment.content {
-                                Ok(extracted) => {
-                                    extract::as_prompt_text(attachment.file.name(), extracted)
-                                }
-                                Err(reason) => extract::as_prompt_text(
-                                    attachment.file.name(),
-                                    &extract::Extracted::Unsupported {
-                                        reason: reason.clone(),
-                                    },
-                                ),
-                            };
-                            json!({"type": "text", "text": text})
+                .map(
+                    |FileRef {
+                         message,
+                         block,
+                         url,
+                     }| {
+                        let block = &messages[*message]["content"][*block];
+                        let found = input.attachments.iter().find(|a| {
+                            format!(
+                                "s3://{}/{}",
+                                a.file.bucket,
+                                a.file.path.trim_start_matches('/')
+                            ) == *url
+                        });
+                        match found {
+                            Some(attachment) => {
+                                let text = match &attachment.content {
+                                    Ok(extracted) => {
+                                        extract::as_prompt_text(attachment.file.name(), extracted)
+                                    }
+                                    Err(reason) => extract::as_prompt_text(
+                                        attachment.file.name(),
+                                        &extract::Extracted::Unsupported {
+                                            reason: reason.clone(),
+                                        },
+                                    ),
+                                };
+                                json!({"type": "text", "text": text})
+                            }
+                            None => gone(block),
                         }
-                        None => gone(block),
-                    }
-                })
+                    },
+                )
                 .collect(),
         };
-        for ((m, b, _), replacement) in refs.into_iter().zip(replacements) {
-            messages[m]["content"][b] = replacement;
+        for (r, replacement) in refs.into_iter().zip(replacements) {
+            messages[r.message]["content"][r.block] = replacement;
         }
     }
 
@@ -655,60 +642,6 @@ fn is_empty_state(state: &Value) -> bool {
         Value::Object(map) => map.is_empty(),
         _ => false,
     }
-}
-
-/// The URL of a file block: `binary`'s `url`, or an AG-UI 1.0 part's URL source.
-fn file_url(block: &Value) -> Option<&str> {
-    match block.get("type").and_then(Value::as_str)? {
-        "binary" => block.get("url").and_then(Value::as_str),
-        "image" | "document" | "audio" | "video" => {
-            let source = block.get("source")?;
-            (source.get("type").and_then(Value::as_str) == Some("url"))
-                .then(|| source.get("value").and_then(Value::as_str))
-                .flatten()
-        }
-        _ => None,
-    }
-}
-
-/// `block` with its file URL replaced by `url`, as an AG-UI 1.0 part: a seed `binary` block
-/// becomes an `image` (or `audio`, `video`) or `document` part whose source is the URL (what the
-/// AG-UI SDKs' 1.0 models take; LangGraph's adapter refuses `binary`), the file name kept in
-/// `metadata.filename`. The same block becomes the same part in every run of the thread.
-fn with_url(block: &Value, url: &str) -> Value {
-    if block.get("type").and_then(Value::as_str) != Some("binary") {
-        let mut block = block.clone();
-        block["source"]["value"] = json!(url);
-        return block;
-    }
-    let mime = block
-        .get("mimeType")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = match mime.split('/').next() {
-        Some("image") => "image",
-        Some("audio") => "audio",
-        Some("video") => "video",
-        _ => "document",
-    };
-    let mut part = json!({"type": kind, "source": {"type": "url", "value": url}});
-    if !mime.is_empty() {
-        part["source"]["mimeType"] = json!(mime);
-    }
-    if let Some(name) = block.get("filename").and_then(Value::as_str) {
-        part["metadata"] = json!({"filename": name});
-    }
-    part
-}
-
-/// A text part standing for a file that is no longer available.
-fn gone(block: &Value) -> Value {
-    let name = block
-        .get("filename")
-        .or_else(|| block.pointer("/metadata/filename"))
-        .and_then(Value::as_str)
-        .unwrap_or("a file");
-    json!({"type": "text", "text": format!("[Attachment {name}: no longer available]")})
 }
 
 fn secs(duration: Duration) -> String {
@@ -761,32 +694,6 @@ impl Agent for RemoteAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn file_blocks_are_found_and_rewritten_in_both_shapes() {
-        let binary = json!({"type": "binary", "mimeType": "image/png", "url": "s3://b/u/a.png", "filename": "a.png"});
-        let document = json!({"type": "document", "source": {"type": "url", "value": "s3://b/u/r.pdf", "mimeType": "application/pdf"}});
-        let data = json!({"type": "image", "source": {"type": "data", "value": "AAAA"}});
-        assert_eq!(file_url(&binary), Some("s3://b/u/a.png"));
-        assert_eq!(file_url(&document), Some("s3://b/u/r.pdf"));
-        assert_eq!(file_url(&data), None);
-        assert_eq!(file_url(&json!({"type": "text", "text": "s3://x"})), None);
-        assert_eq!(
-            with_url(&binary, "https://l"),
-            json!({"type": "image", "source": {"type": "url", "value": "https://l", "mimeType": "image/png"},
-                   "metadata": {"filename": "a.png"}})
-        );
-        let pdf = json!({"type": "binary", "mimeType": "application/pdf", "url": "s3://b/u/r.pdf"});
-        assert_eq!(with_url(&pdf, "https://l")["type"], "document");
-        assert_eq!(
-            with_url(&document, "https://l")["source"]["value"],
-            "https://l"
-        );
-        assert_eq!(
-            gone(&binary),
-            json!({"type": "text", "text": "[Attachment a.png: no longer available]"})
-        );
-    }
 
     #[test]
     fn empty_states_are_the_seed_clients_nothing() {
