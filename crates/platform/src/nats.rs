@@ -821,18 +821,7 @@ impl JsonKv {
     pub async fn watch_changes<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
     ) -> anyhow::Result<impl futures::Stream<Item = (String, Option<T>)> + Send + 'static> {
-        use futures::StreamExt as _;
-        use jetstream::kv::Operation;
-        let watch = self.store.watch_all().await?;
-        Ok(watch
-            .take_while(|entry| std::future::ready(entry.is_ok()))
-            .filter_map(|entry| async move {
-                let entry = entry.ok()?;
-                let value = (entry.operation == Operation::Put)
-                    .then(|| serde_json::from_slice(&entry.value).ok())
-                    .flatten();
-                Some((entry.key, value))
-            }))
+        Ok(decoded(self.store.watch_all().await?))
     }
 
     /// The current value of every key, then every change, as `(key, value)`: `None` for a
@@ -840,19 +829,26 @@ impl JsonKv {
     pub async fn watch_all<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
     ) -> anyhow::Result<impl futures::Stream<Item = (String, Option<T>)> + Send + 'static> {
-        use futures::StreamExt as _;
-        use jetstream::kv::Operation;
-        let watch = self.store.watch_with_history(">").await?;
-        Ok(watch
-            .take_while(|entry| std::future::ready(entry.is_ok()))
-            .filter_map(|entry| async move {
-                let entry = entry.ok()?;
-                let value = (entry.operation == Operation::Put)
-                    .then(|| serde_json::from_slice(&entry.value).ok())
-                    .flatten();
-                Some((entry.key, value))
-            }))
+        Ok(decoded(self.store.watch_with_history(">").await?))
     }
+}
+
+/// A KV watch as `(key, value)` pairs: `None` for a delete or a value this version cannot
+/// decode; ends when the watch fails.
+fn decoded<T: serde::de::DeserializeOwned + Send + 'static>(
+    watch: jetstream::kv::Watch,
+) -> impl futures::Stream<Item = (String, Option<T>)> + Send + 'static {
+    use futures::StreamExt as _;
+    use jetstream::kv::Operation;
+    watch
+        .take_while(|entry| std::future::ready(entry.is_ok()))
+        .filter_map(|entry| async move {
+            let entry = entry.ok()?;
+            let value = (entry.operation == Operation::Put)
+                .then(|| serde_json::from_slice(&entry.value).ok())
+                .flatten();
+            Some((entry.key, value))
+        })
 }
 
 /// The value of a thread lock: which run holds the thread, and since when.

@@ -138,10 +138,7 @@ pub(crate) async fn pending(
     owner: &str,
     prompt_id: &str,
 ) -> anyhow::Result<Option<PromptRecord>> {
-    Ok(buckets
-        .prompts
-        .get::<PromptRecord>(&prompt_key(prompt_id))
+    Ok(record(buckets, owner, prompt_id)
         .await?
-        .map(|(record, _)| record)
-        .filter(|r| r.owner == owner && r.status == PromptStatus::Pending))
+        .filter(|r| r.status == PromptStatus::Pending))
 }
