@@ -839,9 +839,19 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// A port free on 127.0.0.1 a moment ago (for a process that binds it itself).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    // Below Linux's ephemeral range (32768-60999): a port asked of the kernel (`:0`) and
+    // released can be handed to any outgoing connection of any test before the process that
+    // picked it binds it ("address already in use", a service that never starts), and a
+    // service restarted on its port can find it taken the same way. Ports from this range
+    // are only ever taken by a test binding them on purpose.
+    for _ in 0..200 {
+        let random = uuid::Uuid::new_v4().as_u128();
+        let port = 20_000 + u16::try_from(random % 12_000).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port between 20000 and 32000")
 }
 
 impl ProcessPlatform {
