@@ -39,7 +39,7 @@ pub const AGENT_ERROR_MESSAGE: &str = "the fake agent failed on purpose";
 ///
 /// | path | behaviour |
 /// |---|---|
-/// | `/ok` | `RUN_STARTED`, a text message echoing the last user message's text in (up to) three `TEXT_MESSAGE_CONTENT`s, `RUN_FINISHED`; one write |
+/// | `/ok` | `RUN_STARTED`, a text message echoing the last user message's text in (up to) three `TEXT_MESSAGE_CONTENT`s, `RUN_FINISHED`; one write; `?input_tokens=N&output_tokens=M`: the `RUN_FINISHED` reports that usage (model `fake-model`) |
 /// | `/burst?events=N` | like `/ok` with N one-byte `TEXT_MESSAGE_CONTENT`s (default 1,000), written in batches as fast as the client reads |
 /// | `/slow?chunks=N&interval_ms=M` | a text message of N chunks (default 200) M ms apart (default 100), then `RUN_FINISHED` |
 /// | `/status-500` | HTTP 500 with a JSON body |
@@ -522,7 +522,16 @@ async fn handle(
                     .into_iter()
                     .map(|piece| ids.text_content(piece)),
             );
-            events.extend([ids.text_end(), ids.run_finished()]);
+            let mut finished = ids.run_finished();
+            let (input, output) = (
+                query_number(&uri, "input_tokens", 0),
+                query_number(&uri, "output_tokens", 0),
+            );
+            if input + output > 0 {
+                finished["usage"] = json!([{"model": "fake-model", "inputTokens": input,
+                    "outputTokens": output, "totalTokens": input + output}]);
+            }
+            events.extend([ids.text_end(), finished]);
             let body = Bytes::from(frames(&events));
             event_stream(&shared, &path, stream::once(async { Ok(body) }).boxed())
         }

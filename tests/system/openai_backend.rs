@@ -23,6 +23,7 @@ async fn completions(
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let wants_usage = body.0["stream_options"]["include_usage"] == true;
     seen.lock().unwrap().push((auth, body.0));
     let chunk = |delta: Value, finish: Value| {
         format!(
@@ -51,6 +52,16 @@ async fn completions(
         Value::Null,
     );
     sse += &chunk(json!({}), json!("tool_calls"));
+    // Asked with `stream_options.include_usage`, the last chunk reports the tokens.
+    if wants_usage {
+        sse += &format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
+                   "usage": {"prompt_tokens": 31, "completion_tokens": 12, "total_tokens": 43,
+                             "prompt_tokens_details": {"cached_tokens": 8},
+                             "completion_tokens_details": {"reasoning_tokens": 4}}})
+        );
+    }
     sse += "data: [DONE]\n\n";
     axum::response::Response::builder()
         .header("content-type", "text/event-stream")
@@ -124,6 +135,17 @@ async fn a_run_on_the_openai_backend_streams_text_and_a_client_tool_call() {
     assert_eq!(args, r#"{"city":"Paris"}"#);
     assert_eq!(events[5]["toolCallName"], "get_weather");
     assert_eq!(events[5]["parentMessageId"], events[1]["messageId"]);
+
+    // The tokens the model reported, on the terminal event and on the run's status.
+    let usage = json!([{"provider": "openai", "model": "test-model", "inputTokens": 31,
+        "outputTokens": 12, "totalTokens": 43, "reasoningTokens": 4, "cachedInputTokens": 8}]);
+    assert_eq!(events.last().unwrap()["usage"], usage);
+    let status = platform
+        .api()
+        .wait_for_status(&alice, "weather", "completed")
+        .await
+        .unwrap();
+    assert_eq!(status["usage"], usage);
 
     // What the model was sent: the key, the model, the tools block and the tools, the question.
     let (auth, request) = seen.lock().unwrap().first().cloned().unwrap();

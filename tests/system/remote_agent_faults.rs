@@ -643,3 +643,40 @@ async fn a_worker_killed_mid_remote_run_ends_it_worker_lost_without_calling_the_
         "the restarted worker did not call the agent again"
     );
 }
+
+#[tokio::test]
+async fn the_usage_a_remote_agent_reports_is_the_runs_usage() {
+    let fake = FakeAgent::spawn().await.unwrap();
+    let counted = Agent::new("counted", fake.url("/ok?input_tokens=9&output_tokens=4"));
+    let file = AgentsFile::write(&counted.toml());
+    let platform = TestPlatform::spawn_with(Options {
+        agents_file: Some(file.0.clone()),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let alice = platform.infra.token("alice");
+    let mut body = text_run(&uuid::Uuid::new_v4().to_string(), "counted-1", "hello");
+    body["forwardedProps"] = json!({"agent": "counted"});
+    let (status, answer) = platform.api().post_run(&alice, &body).await.unwrap();
+    assert_eq!(status, 202, "{answer}");
+    let events = events_of(
+        &platform.http,
+        &platform.urls.runs,
+        &alice,
+        "counted-1",
+        None,
+    )
+    .await;
+    let usage =
+        json!([{"model": "fake-model", "inputTokens": 9, "outputTokens": 4, "totalTokens": 13}]);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED", "{events:?}");
+    assert_eq!(last["usage"], usage);
+    let status = platform
+        .api()
+        .wait_for_status(&alice, "counted-1", "completed")
+        .await
+        .unwrap();
+    assert_eq!(status["usage"], usage);
+}

@@ -34,6 +34,9 @@ pub enum Event {
         /// for a human; absent for a plain success.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         outcome: Option<Value>,
+        /// AG-UI's token usage of the run, one entry per model (absent: none reported).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Vec<crate::usage::TokenUsage>>,
     },
     /// The run failed.
     #[serde(rename_all = "camelCase")]
@@ -43,6 +46,9 @@ pub enum Event {
         /// Machine-readable code.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<String>,
+        /// AG-UI's token usage of what the run did before it failed or was cancelled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Vec<crate::usage::TokenUsage>>,
     },
     /// A step started.
     #[serde(rename_all = "camelCase")]

@@ -20,6 +20,7 @@ pub mod run_input;
 pub mod sse;
 pub mod tools;
 pub mod ui_schema;
+pub mod usage;
 pub mod validate;
 pub mod ws;
 

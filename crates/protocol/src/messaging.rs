@@ -252,6 +252,9 @@ pub struct RunStatusRecord {
     /// the ack wait is still alive somewhere (NATS was slow to hear its progress), not lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alive_at: Option<DateTime<Utc>>,
+    /// The tokens the run used, one entry per model, once it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<crate::usage::TokenUsage>,
 }
 
 impl RunStatusRecord {
@@ -268,6 +271,7 @@ impl RunStatusRecord {
             updated_at: now,
             error: None,
             alive_at: Some(now),
+            usage: Vec::new(),
         }
     }
 }

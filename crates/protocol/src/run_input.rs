@@ -432,6 +432,9 @@ pub struct RunStatusResponse {
     /// Why the run failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The tokens the run used, one entry per model (AG-UI `TokenUsage`), once it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<crate::usage::TokenUsage>,
 }
 
 #[cfg(test)]

@@ -319,8 +319,20 @@ impl WsMapper {
             Event::Custom { name, value } if name == INTERACTION_TIMEOUT_EVENT => {
                 vec![self.prompt_timeout(value, at)]
             }
-            Event::RunFinished { outcome, .. } => self.finished(outcome.as_ref(), id, now, at),
-            Event::RunError { message, code } => {
+            Event::RunFinished { outcome, usage, .. } => {
+                let mut sent = self.finished(outcome.as_ref(), id, now, at);
+                // The response's end carries what the run used (AG-UI `TokenUsage`s).
+                if let Some(usage) = usage
+                    && let Some(end) = sent.iter_mut().find(|m| {
+                        m.kind == WsType::SystemResponseMessage
+                            && m.status == Some(WsStatus::Completed)
+                    })
+                {
+                    end.content["usage"] = serde_json::to_value(usage).unwrap_or_default();
+                }
+                sent
+            }
+            Event::RunError { message, code, .. } => {
                 let error = WsError::new(
                     WsErrorCode::WorkflowError,
                     message.clone(),
@@ -546,6 +558,7 @@ mod tests {
                 run_id: "r1".to_owned(),
                 result: None,
                 outcome,
+                usage: None,
             },
         }
     }
@@ -578,6 +591,7 @@ mod tests {
             event: Event::RunError {
                 message: "the agent failed".to_owned(),
                 code: Some("agent_error".to_owned()),
+                usage: None,
             },
             ..finished(None)
         }

@@ -39,6 +39,7 @@ fn untouched(owner: &str, run_id: &str, run: &RunRecord) -> RunStatusRecord {
         updated_at: run.accepted_at,
         error: None,
         alive_at: None,
+        usage: Vec::new(),
     }
 }
 
@@ -201,5 +202,6 @@ pub(crate) fn status_response(record: RunStatusRecord) -> RunStatusResponse {
         created: record.created,
         updated_at: record.updated_at,
         error: record.error,
+        usage: record.usage,
     }
 }

@@ -138,12 +138,14 @@ fn stop_cancelled(running: &Running, subject: &str) {
 
 /// Ends the run failed with `message` (safe to show) and `code`.
 async fn fail(sink: &mut EventSink, message: String, code: &str) -> anyhow::Result<RunEnd> {
+    let usage = sink.usage();
     sink.finish(Event::RunError {
         message: message.clone(),
         code: Some(code.to_owned()),
+        usage: (!usage.is_empty()).then(|| usage.clone()),
     })
     .await?;
-    Ok(RunEnd::new(RunStatus::Failed, Some(message)))
+    Ok(RunEnd::new(RunStatus::Failed, Some(message)).with_usage(usage))
 }
 
 /// Why an agent's finished output breaks its card's output schema, if it does.
@@ -615,24 +617,29 @@ impl RunConsumer {
                     Some(prompt) => Some(self.store_prompt(task, prompt).await?),
                 };
                 let result = sink.take_result();
+                let usage = sink.usage();
                 sink.finish(Event::RunFinished {
                     thread_id: task.input.thread_id.clone(),
                     run_id: task.input.run_id.clone(),
                     result,
                     outcome,
+                    usage: (!usage.is_empty()).then(|| usage.clone()),
                 })
                 .await?;
                 tracing::info!("run finished");
-                Ok(RunEnd::new(RunStatus::Completed, None))
+                Ok(RunEnd::new(RunStatus::Completed, None).with_usage(usage))
             }
             Err(_) if token.is_cancelled() => {
+                // A cancelled run reports what it had used.
+                let usage = sink.usage();
                 sink.finish(Event::RunError {
                     message: "run cancelled".to_owned(),
                     code: Some("cancelled".to_owned()),
+                    usage: (!usage.is_empty()).then(|| usage.clone()),
                 })
                 .await?;
                 tracing::info!("run cancelled");
-                Ok(RunEnd::new(RunStatus::Cancelled, None))
+                Ok(RunEnd::new(RunStatus::Cancelled, None).with_usage(usage))
             }
             Err(err) => match err.downcast::<crate::agent::AgentFailure>() {
                 Ok(failure) => {
@@ -703,7 +710,7 @@ impl RunConsumer {
         if let Some((last, _)) = &last {
             match &last.event {
                 Event::RunFinished { .. } => return Ok(RunEnd::new(RunStatus::Completed, None)),
-                Event::RunError { code, message } => {
+                Event::RunError { code, message, .. } => {
                     let status = if code.as_deref() == Some("cancelled") {
                         RunStatus::Cancelled
                     } else {
@@ -723,6 +730,7 @@ impl RunConsumer {
         sink.finish(Event::RunError {
             message: message.clone(),
             code: Some("worker_lost".to_owned()),
+            usage: None,
         })
         .await?;
         tracing::warn!(task.id = %task.task_id, "run lost by its worker ended as failed");

@@ -9,6 +9,7 @@
 mod decoder;
 mod request;
 
+use protocol::usage::TokenUsage;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Duration;
@@ -124,6 +125,18 @@ impl OpenAiAgent {
         message_prefix: &str,
         body: &Value,
     ) -> anyhow::Result<BoxStream<'static, anyhow::Result<Event>>> {
+        self.stream_events_counted(message_prefix, body, UsageSlot::default())
+            .await
+    }
+
+    /// [`Self::stream_events`], keeping the usage the model reports (its last chunk's
+    /// `usage`, asked for with `stream_options.include_usage`) in `usage`.
+    pub async fn stream_events_counted(
+        &self,
+        message_prefix: &str,
+        body: &Value,
+        usage: UsageSlot,
+    ) -> anyhow::Result<BoxStream<'static, anyhow::Result<Event>>> {
         let request = self
             .client
             .post(&self.url)
@@ -145,7 +158,11 @@ impl OpenAiAgent {
             let body = error_body(response).await;
             anyhow::bail!("model API answered {status}: {body}");
         }
-        Ok(decode_sse_stream(response.bytes_stream(), message_prefix))
+        Ok(decode_counted(
+            response.bytes_stream(),
+            message_prefix,
+            usage,
+        ))
     }
 }
 
@@ -181,11 +198,24 @@ impl Agent for OpenAiAgent {
             let body = build_request(input, &self.config.model, &extra_user_parts);
             let prefix = input.task.task_id.to_string();
             tracing::debug!(model = %self.config.model, "calling the model API");
-            let mut events = until_cancelled(sink, self.stream_events(&prefix, &body)).await??;
-            while let Some(event) = until_cancelled(sink, events.next()).await? {
-                sink.emit(event?).await?;
+            let usage = UsageSlot::default();
+            let streamed = self.stream_events_counted(&prefix, &body, usage.clone());
+            let mut events = until_cancelled(sink, streamed).await??;
+            let result = async {
+                while let Some(event) = until_cancelled(sink, events.next()).await? {
+                    sink.emit(event?).await?;
+                }
+                anyhow::Ok(())
             }
-            Ok(())
+            .await;
+            // What the model reported counts whether the run goes on or not.
+            let reported = usage.lock().ok().and_then(|mut slot| slot.take());
+            if let Some(entry) =
+                reported.and_then(|u| TokenUsage::from_openai(&self.config.model, &u))
+            {
+                sink.add_usage(entry);
+            }
+            result
         })
     }
 }
@@ -227,7 +257,25 @@ where
     B: AsRef<[u8]>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    decode_counted(body, message_prefix, UsageSlot::default())
+}
+
+/// Where a model stream leaves the usage its last chunk reports.
+pub type UsageSlot = std::sync::Arc<std::sync::Mutex<Option<Value>>>;
+
+/// [`decode_sse_stream`], keeping a chunk's `usage` in `usage`.
+fn decode_counted<S, B, E>(
+    body: S,
+    message_prefix: &str,
+    usage: UsageSlot,
+) -> BoxStream<'static, anyhow::Result<Event>>
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let state = EventStream {
+        usage,
         body: Box::pin(body),
         parser: SseParser::new(),
         decoder: StreamDecoder::new(message_prefix),
@@ -242,6 +290,8 @@ where
 }
 
 struct EventStream<S> {
+    /// The usage the model reported, for the caller.
+    usage: UsageSlot,
     body: std::pin::Pin<Box<S>>,
     parser: SseParser,
     decoder: StreamDecoder,
@@ -311,6 +361,11 @@ where
                 decoder::truncate(data, 200)
             )
         })?;
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object())
+            && let Ok(mut slot) = self.usage.lock()
+        {
+            *slot = Some(usage.clone());
+        }
         self.pending.extend(self.decoder.push(&chunk)?);
         Ok(false)
     }
@@ -385,7 +440,7 @@ pub fn build_request(input: &ModelInput<'_>, model: &str, extra_user_parts: &[Va
         messages,
         tools,
         stream_options: request::StreamOptions {
-            include_usage: false,
+            include_usage: true,
         },
     };
     // Plain structs of strings and JSON values: serializing cannot fail.
@@ -545,7 +600,7 @@ mod tests {
         let body = build_request(&input, "gpt-test", &[]);
         assert_eq!(body["model"], "gpt-test");
         assert_eq!(body["stream"], true);
-        assert_eq!(body["stream_options"], json!({"include_usage": false}));
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
         assert_eq!(
             body["messages"],
             json!([

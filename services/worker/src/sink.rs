@@ -62,6 +62,8 @@ pub struct EventSink {
     /// Stream sequence of the log's last message this writer knows (0: none): the next
     /// publish is stored only if the log still ends there ([`platform::nats::publish_fenced`]).
     stream_seq: u64,
+    /// The tokens the agent's models used so far, one entry per model.
+    usage: Vec<protocol::usage::TokenUsage>,
 }
 
 impl EventSink {
@@ -97,7 +99,19 @@ impl EventSink {
             budget: None,
             writer: Uuid::new_v4(),
             stream_seq: 0,
+            usage: Vec::new(),
         }
+    }
+
+    /// Records tokens a model call used (summed per provider and model); the run's terminal
+    /// event and status carry the total.
+    pub fn add_usage(&mut self, entry: protocol::usage::TokenUsage) {
+        protocol::usage::add(&mut self.usage, entry);
+    }
+
+    /// The tokens used so far.
+    pub(crate) fn usage(&self) -> Vec<protocol::usage::TokenUsage> {
+        self.usage.clone()
     }
 
     /// Spends the bytes of every event but `RUN_STARTED` and the terminal one from the owner's

@@ -19,12 +19,24 @@ pub(crate) struct RunEnd {
     pub(crate) status: RunStatus,
     /// Why it failed, safe to show; `None` when it did not.
     pub(crate) error: Option<String>,
+    /// The tokens it used.
+    pub(crate) usage: Vec<protocol::usage::TokenUsage>,
 }
 
 impl RunEnd {
     /// A run ended with `status`, and `error` when it failed.
     pub(crate) fn new(status: RunStatus, error: Option<String>) -> Self {
-        Self { status, error }
+        Self {
+            status,
+            error,
+            usage: Vec::new(),
+        }
+    }
+
+    /// The same end, having used `usage`.
+    pub(crate) fn with_usage(mut self, usage: Vec<protocol::usage::TokenUsage>) -> Self {
+        self.usage = usage;
+        self
     }
 }
 
@@ -250,6 +262,7 @@ fn with_end(record: &RunStatusRecord, end: &RunEnd, now: DateTime<Utc>) -> Optio
         cancel_requested: false,
         updated_at: now,
         error: end.error.clone(),
+        usage: end.usage.clone(),
         ..record.clone()
     })
 }

@@ -196,12 +196,24 @@ impl RemoteAgent {
             .read(response, &mut verifier, sink, started, deadline)
             .await?;
         match end {
-            End::Failed { message } => Err(AgentFailure {
-                code: codes::AGENT,
-                message,
+            End::Failed { message, usage } => {
+                for entry in usage {
+                    sink.add_usage(entry);
+                }
+                Err(AgentFailure {
+                    code: codes::AGENT,
+                    message,
+                }
+                .into())
             }
-            .into()),
-            End::Finished { result, outcome } => {
+            End::Finished {
+                result,
+                outcome,
+                usage,
+            } => {
+                for entry in usage {
+                    sink.add_usage(entry);
+                }
                 let interrupts = interrupt::interrupts(outcome.as_ref())
                     .map_err(|err| self.failure(codes::PROTOCOL, format!("sent {err}")))?;
                 if !interrupts.is_empty() {

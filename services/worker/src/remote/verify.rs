@@ -11,6 +11,7 @@
 //! - `STATE_SNAPSHOT` / `STATE_DELTA` also move the thread's state kept between runs.
 //! - Reasoning, `MESSAGES_SNAPSHOT`, activity and `RAW` events pass through verbatim.
 
+use protocol::usage::TokenUsage;
 use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::agui::{Event, is_relayed_type};
@@ -32,12 +33,30 @@ pub enum End {
         result: Option<Value>,
         /// Its `outcome`.
         outcome: Option<Value>,
+        /// The tokens the agent reported (AG-UI `usage`).
+        usage: Vec<TokenUsage>,
     },
     /// `RUN_ERROR`.
     Failed {
         /// Its message.
         message: String,
+        /// The tokens the agent reported (AG-UI `usage`).
+        usage: Vec<TokenUsage>,
     },
+}
+
+/// AG-UI's `usage` of a terminal event: a list of `TokenUsage`, or (as some bridges send it) one
+/// object; entries that are not usage are left out.
+fn usage_of(event: &serde_json::Map<String, Value>) -> Vec<TokenUsage> {
+    let entries = match event.get("usage") {
+        Some(Value::Array(entries)) => entries.clone(),
+        Some(entry @ Value::Object(_)) => vec![entry.clone()],
+        _ => Vec::new(),
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| serde_json::from_value(entry).ok())
+        .collect()
 }
 
 /// What one event from the agent gives.
@@ -154,6 +173,7 @@ impl Verifier {
                 step.end = Some(End::Finished {
                     result: present("result"),
                     outcome: present("outcome"),
+                    usage: usage_of(&event),
                 });
             }
             "RUN_ERROR" => {
@@ -163,6 +183,7 @@ impl Verifier {
                     .unwrap_or("the agent failed without a message");
                 step.end = Some(End::Failed {
                     message: message.to_owned(),
+                    usage: usage_of(&event),
                 });
             }
             "TEXT_MESSAGE_START" => {
@@ -485,7 +506,8 @@ mod tests {
             end,
             Some(End::Finished {
                 result: Some(json!({"n": 1})),
-                outcome: None
+                outcome: None,
+                usage: Vec::new(),
             })
         );
     }
@@ -564,13 +586,21 @@ mod tests {
     fn the_agents_error_ends_the_run_with_its_message() {
         let (_, end) = run(&[
             started(),
-            json!({"type": "RUN_ERROR", "message": "model down", "code": "x"}),
+            json!({"type": "RUN_ERROR", "message": "model down", "code": "x",
+                   "usage": [{"model": "m", "inputTokens": 5, "outputTokens": 1, "totalTokens": 6}]}),
         ])
         .unwrap();
         assert_eq!(
             end,
             Some(End::Failed {
-                message: "model down".to_owned()
+                message: "model down".to_owned(),
+                usage: vec![TokenUsage {
+                    model: Some("m".to_owned()),
+                    input_tokens: 5,
+                    output_tokens: 1,
+                    total_tokens: 6,
+                    ..TokenUsage::default()
+                }],
             })
         );
         let (_, end) = run(&[json!({"type": "RUN_ERROR"})]).unwrap();

@@ -204,6 +204,7 @@ impl Run {
         .unwrap_or(Event::RunError {
             message: "run finished".to_owned(),
             code: None,
+            usage: None,
         })
     }
 }
