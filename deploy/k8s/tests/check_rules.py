@@ -12,6 +12,7 @@ status is 1 if any rule fails.
 """
 
 import argparse
+import json
 import pathlib
 import re
 import sys
@@ -556,6 +557,19 @@ def check_monitoring(r, env, docs):
         names = {p.get("name") for p in service["spec"]["ports"]}
         r.check(all(e.get("port") in names and e.get("path") == "/metrics"
                     for e in mine[0]["spec"]["endpoints"]), where, "scrapes /metrics on a Service port")
+    # The alerts and the Grafana dashboard (a ConfigMap the Grafana sidecar picks up by label).
+    r.check(len(by_kind(docs, "PrometheusRule")) == 1, f"{env} PrometheusRule", "the alerts exist")
+    dashboard = find(docs, "ConfigMap", "switchboard-grafana-dashboard")
+    where = f"{env} ConfigMap/switchboard-grafana-dashboard"
+    if r.check(dashboard is not None, where, "the dashboard exists"):
+        r.check((dashboard["metadata"].get("labels") or {}).get("grafana_dashboard") == "1", where,
+                'labelled grafana_dashboard: "1" (the Grafana sidecar)')
+        try:
+            model = json.loads((dashboard.get("data") or {}).get("switchboard.json", ""))
+        except ValueError as err:
+            model = {"error": str(err)}
+        r.check(bool(model.get("panels")), where, "switchboard.json is a dashboard with panels",
+                str(model.get("error", "")))
 
 
 def config_of(docs):
