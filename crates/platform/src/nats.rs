@@ -519,6 +519,7 @@ pub struct Fenced {
 /// [`Fenced`]. Returns the message's stream sequence.
 pub async fn publish_fenced(
     js: &jetstream::Context,
+    stream: &str,
     subject: &str,
     msg_id: &str,
     after: u64,
@@ -537,10 +538,16 @@ pub async fn publish_fenced(
         match ack {
             Ok(ack) => Ok(ack.sequence),
             Err(err) if err.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
-                Err(Fenced {
-                    subject: subject.to_owned(),
+                // An earlier try of this very publish may have been stored (its ack lost to a
+                // node's death) and a new stream leader may not answer the retry as a
+                // duplicate: the subject's last message is then this one.
+                match stored_last(js, stream, subject, msg_id).await? {
+                    Some(sequence) => Ok(sequence),
+                    None => Err(Fenced {
+                        subject: subject.to_owned(),
+                    }
+                    .into()),
                 }
-                .into())
             }
             Err(err) => Err(err.into()),
         }
@@ -552,6 +559,29 @@ pub async fn publish_fenced(
         publish,
     )
     .await
+}
+
+/// The stream sequence of `subject`'s last message in `stream` if that message has `msg_id`.
+async fn stored_last(
+    js: &jetstream::Context,
+    stream: &str,
+    subject: &str,
+    msg_id: &str,
+) -> anyhow::Result<Option<u64>> {
+    let last = js
+        .get_stream(stream)
+        .await?
+        .get_last_raw_message_by_subject(subject)
+        .await;
+    match last {
+        Ok(message) => Ok(message
+            .headers
+            .get(MSG_ID_HEADER)
+            .is_some_and(|id| id.as_str() == msg_id)
+            .then_some(message.sequence)),
+        Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// `RunTask::V1` of a borrowed task: the same JSON, without copying the task to publish it.

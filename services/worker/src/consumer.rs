@@ -641,6 +641,15 @@ impl RunConsumer {
                 tracing::info!("run cancelled");
                 Ok(RunEnd::new(RunStatus::Cancelled, None).with_usage(usage))
             }
+            // The log cannot take events (this worker was cut off: a fence, or NATS gone for
+            // longer than the publish retries): nothing this worker writes would be stored, so
+            // the run is left to be ended as lost rather than as the agent's failure.
+            Err(err)
+                if err.is::<platform::nats::Fenced>()
+                    || err.is::<crate::sink::LogUnavailable>() =>
+            {
+                Err(err)
+            }
             Err(err) => match err.downcast::<crate::agent::AgentFailure>() {
                 Ok(failure) => {
                     tracing::warn!(agent = %card.name, code = failure.code, error = %failure.message, "agent failed");

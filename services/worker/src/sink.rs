@@ -20,6 +20,12 @@ use uuid::Uuid;
 use crate::agent::AgentFailure;
 use crate::generated::{AttachError, Registrar};
 
+/// The run's log could not be written (NATS did not take an event within the publish retries):
+/// not the agent's failure. The run is left to end as lost, not ended here.
+#[derive(Debug, thiserror::Error)]
+#[error("the run's event log could not be written: {0}")]
+pub struct LogUnavailable(String);
+
 /// The run was cancelled by its owner; returned by [`EventSink::emit`] and [`EventSink::pause`].
 #[derive(Debug, thiserror::Error)]
 #[error("run cancelled")]
@@ -41,6 +47,8 @@ fn event_budget_refusal(exhausted: &Exhausted) -> String {
 /// and the sequence number advances only after the ack, so the log never has a gap.
 pub struct EventSink {
     js: jetstream::Context,
+    /// The RUN_EVENTS stream's name.
+    stream: String,
     subject: String,
     template: RunEventV1,
     cancel: CancellationToken,
@@ -76,6 +84,7 @@ impl EventSink {
         let registrar = Registrar::new(js.client(), names, &task.owner, &task.input.thread_id);
         Self {
             js,
+            stream: names.run_events_stream(),
             subject: names.run_event_subject(task.task_id),
             template: RunEventV1 {
                 task_id: task.task_id,
@@ -296,31 +305,54 @@ impl EventSink {
         if let Some(budget) = &self.budget
             && !stored.event.is_terminal()
             && !matches!(stored.event, Event::RunStarted { .. })
-            && let Err(exhausted) = budget
+        {
+            let spent = budget
                 .spend(
                     &self.template.owner,
                     u64::try_from(payload.len()).unwrap_or(u64::MAX),
                     stored.emitted_at,
                 )
-                .await?
-        {
-            return Err(AgentFailure {
-                code: "quota_exceeded",
-                message: event_budget_refusal(&exhausted),
+                .await;
+            match spent {
+                Ok(Ok(())) => {}
+                Ok(Err(exhausted)) => {
+                    return Err(AgentFailure {
+                        code: "quota_exceeded",
+                        message: event_budget_refusal(&exhausted),
+                    }
+                    .into());
+                }
+                // The shared record cannot be reached (a NATS node lost, a leader election):
+                // the run goes on. The budget bounds what an owner adds; it must not fail runs
+                // while the bus recovers.
+                Err(err) => {
+                    tracing::warn!(
+                        task.id = %self.template.task_id,
+                        error = format!("{err:#}"),
+                        "event budget not checked"
+                    );
+                }
             }
-            .into());
         }
         // Fenced: if another worker ended this run meanwhile (this one was cut off long enough
         // to be taken for lost), nothing more of this writer is stored.
         let msg_id = format!("{}:{seq}:{}", self.template.task_id, self.writer.simple());
         self.stream_seq = platform::nats::publish_fenced(
             &self.js,
+            &self.stream,
             &self.subject,
             &msg_id,
             self.stream_seq,
             payload.into(),
         )
-        .await?;
+        .await
+        .map_err(|err| {
+            if err.is::<platform::nats::Fenced>() {
+                err
+            } else {
+                LogUnavailable(format!("{err:#}")).into()
+            }
+        })?;
         self.template.seq = seq;
         self.output.observe(&stored.event);
         Ok(())
