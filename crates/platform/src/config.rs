@@ -108,6 +108,18 @@ impl Env {
         Ok(self.optional(name)?.unwrap_or(default))
     }
 
+    /// A count of at least 1, `default` when unset; 0 is refused naming the variable.
+    pub fn positive(&self, name: &str, default: u32) -> Result<u32, ConfigError> {
+        let value: u32 = self.or(name, default)?;
+        if value == 0 {
+            return Err(ConfigError::Invalid {
+                name: name.to_owned(),
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        Ok(value)
+    }
+
     /// A required secret.
     pub fn secret(&self, name: &str) -> Result<SecretString, ConfigError> {
         self.raw(name)

@@ -49,12 +49,9 @@ impl Limits {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let defaults = Self::default();
         Ok(Self {
-            downloads_per_minute: at_least_one(
-                env,
-                DOWNLOAD_RATE_PER_MINUTE_VAR,
-                defaults.downloads_per_minute,
-            )?,
-            downloads_burst: at_least_one(env, DOWNLOAD_RATE_BURST_VAR, defaults.downloads_burst)?,
+            downloads_per_minute: env
+                .positive(DOWNLOAD_RATE_PER_MINUTE_VAR, defaults.downloads_per_minute)?,
+            downloads_burst: env.positive(DOWNLOAD_RATE_BURST_VAR, defaults.downloads_burst)?,
             max_part_header_bytes: {
                 let bytes: usize =
                     env.or(MAX_PART_HEADER_BYTES_VAR, defaults.max_part_header_bytes)?;
@@ -70,18 +67,6 @@ impl Limits {
             },
         })
     }
-}
-
-/// `name` as a count of at least 1, `default` when unset.
-fn at_least_one(env: &Env, name: &str, default: u32) -> Result<u32, ConfigError> {
-    let value: u32 = env.or(name, default)?;
-    if value == 0 {
-        return Err(ConfigError::Invalid {
-            name: name.to_owned(),
-            reason: "must be at least 1".to_owned(),
-        });
-    }
-    Ok(value)
 }
 
 #[cfg(test)]

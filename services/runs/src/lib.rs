@@ -63,9 +63,9 @@ impl Config {
             auth: env.auth()?,
             nats: env.nats()?,
             active_run_policy: env.or("SB_RUNS_ACTIVE_RUN_POLICY", ActiveRunPolicy::Enqueue)?,
-            rate_per_minute: positive(env, "SB_RUNS_RATE_PER_MINUTE", 120)?,
-            rate_burst: positive(env, "SB_RUNS_RATE_BURST", 30)?,
-            max_streams_per_owner: positive(env, "SB_RUNS_MAX_STREAMS_PER_OWNER", 100)?,
+            rate_per_minute: env.positive("SB_RUNS_RATE_PER_MINUTE", 120)?,
+            rate_burst: env.positive("SB_RUNS_RATE_BURST", 30)?,
+            max_streams_per_owner: env.positive("SB_RUNS_MAX_STREAMS_PER_OWNER", 100)?,
             lookup_rate: LookupRate::from_env(env)?,
             owner_bytes_per_day: {
                 let bytes: u64 = env.or("SB_RUNS_OWNER_BYTES_PER_DAY", 256 * 1024 * 1024)?;
@@ -79,17 +79,6 @@ impl Config {
             },
         })
     }
-}
-
-fn positive(env: &Env, name: &str, default: u32) -> Result<u32, ConfigError> {
-    let value: u32 = env.or(name, default)?;
-    if value == 0 {
-        return Err(ConfigError::Invalid {
-            name: name.to_owned(),
-            reason: "must be at least 1".to_owned(),
-        });
-    }
-    Ok(value)
 }
 
 /// Shared state of the handlers: one `Arc`, so the clone axum makes for every request is a

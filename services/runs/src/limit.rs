@@ -35,8 +35,8 @@ impl LookupRate {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let defaults = Self::default();
         Ok(Self {
-            per_minute: crate::positive(env, PER_MINUTE_VARIABLE, defaults.per_minute)?,
-            burst: crate::positive(env, BURST_VARIABLE, defaults.burst)?,
+            per_minute: env.positive(PER_MINUTE_VARIABLE, defaults.per_minute)?,
+            burst: env.positive(BURST_VARIABLE, defaults.burst)?,
         })
     }
 }
