@@ -6,6 +6,10 @@ source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
 started=$SECONDS
+# No incremental compilation caches: a test run builds each crate once, and the caches of every
+# workspace crate's library, binaries and test targets took more disk (19 GB here) than the
+# artifacts themselves; a CI run ran out of disk linking.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 ensure_toolchain() {
   local component
   for component in rustfmt clippy; do
