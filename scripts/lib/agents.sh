@@ -1,4 +1,5 @@
-# The Python virtualenv of the AG-UI agent servers the system tests run (tests/agents/serve.py).
+# The Python virtualenv of the AG-UI agent servers the system tests run (tests/agents/serve.py),
+# which also holds the OTLP receiver of the trace test (oteltest, tests/system/traces.rs).
 # Sourced after scripts/lib/common.sh (ROOT, DATA, log, die), not run.
 
 AGENTS_VENV="$DATA/agents-venv"

@@ -85,6 +85,9 @@ pub struct Options {
     /// Bytes of run events one owner's runs may produce per day across the workers
     /// (`SB_WORKER_OWNER_EVENT_BYTES_PER_DAY`; 1 TiB by default here).
     pub worker_event_bytes_per_day: u64,
+    /// Tokens each owner's runs may use per day and month across the runs replicas
+    /// (`SB_RUNS_OWNER_TOKENS_PER_DAY`, ...; unbounded by default).
+    pub token_budgets: platform::tokens::TokenBudgets,
 }
 
 impl Default for Options {
@@ -112,6 +115,7 @@ impl Default for Options {
             worker_test_agents: true,
             runs_owner_bytes_per_day: 1 << 40,
             worker_event_bytes_per_day: 1 << 40,
+            token_budgets: platform::tokens::TokenBudgets::default(),
         }
     }
 }
@@ -135,6 +139,7 @@ pub struct TestPlatform {
     shutdown: CancellationToken,
     /// The runs service's budget of bytes per owner per day, for more replicas of it.
     runs_owner_bytes_per_day: u64,
+    token_budgets: platform::tokens::TokenBudgets,
     /// The worker's settings, for more replicas of it.
     worker_config: worker::Config,
 }
@@ -211,6 +216,7 @@ impl TestPlatform {
             rate_burst: options.rate_burst,
             max_streams_per_owner: options.max_streams_per_owner,
             owner_bytes_per_day: options.runs_owner_bytes_per_day,
+            token_budgets: options.token_budgets.clone(),
             lookup_rate: GENEROUS_LOOKUPS,
         })
         .await?;
@@ -260,6 +266,7 @@ impl TestPlatform {
             shutdown,
             worker_config,
             runs_owner_bytes_per_day: options.runs_owner_bytes_per_day,
+            token_budgets: options.token_budgets.clone(),
         })
     }
 }
@@ -277,6 +284,7 @@ impl TestPlatform {
             rate_burst: 10_000,
             max_streams_per_owner: 100,
             owner_bytes_per_day: self.runs_owner_bytes_per_day,
+            token_budgets: self.token_budgets.clone(),
             lookup_rate: GENEROUS_LOOKUPS,
         })
         .await?;
@@ -518,6 +526,36 @@ impl WsClient {
     }
 }
 
+/// `POST {runs}/api/v1/agent/runs` with `body` and `Accept: text/event-stream` (`runs`: any
+/// runs replica), as the owner of `token`: the run's AG-UI events, to its end; an error when the
+/// run is not started (the answer's status and body).
+pub async fn stream_run(
+    http: &reqwest::Client,
+    runs: &str,
+    token: &str,
+    body: &Value,
+) -> anyhow::Result<Vec<Value>> {
+    let response = http
+        .post(format!("{runs}/api/v1/agent/runs"))
+        .bearer_auth(token)
+        .header("accept", "text/event-stream")
+        .json(body)
+        .send()
+        .await?;
+    if response.status() != 200 {
+        let status = response.status();
+        bail!(
+            "the run was not started: {status} {}",
+            response.text().await?
+        );
+    }
+    Ok(read_sse(response, None)
+        .await?
+        .into_iter()
+        .map(|frame| frame.data)
+        .collect())
+}
+
 /// A client of a running platform, whichever way it was started.
 pub struct Api<'a> {
     /// Where the services listen.
@@ -538,6 +576,12 @@ impl Api<'_> {
             .await?;
         let status = response.status().as_u16();
         Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// `POST /api/v1/agent/runs` with `body` and `Accept: text/event-stream`, as the owner of
+    /// `token`: the run's AG-UI events, to its end.
+    pub async fn stream_run(&self, token: &str, body: &Value) -> anyhow::Result<Vec<Value>> {
+        stream_run(self.http, &self.urls.runs, token, body).await
     }
 
     /// `GET` a path of the runs service.

@@ -157,6 +157,7 @@ async fn a_full_status_bucket_drops_its_oldest_records_and_keeps_taking_new_runs
             error: None,
             alive_at: Some(now),
             usage: Vec::new(),
+            timings: None,
         };
         let created = buckets
             .run_status

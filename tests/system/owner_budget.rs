@@ -273,26 +273,6 @@ async fn an_owners_bytes_per_day_hold_fleet_wide_with_three_runs_replicas() {
     }
 }
 
-/// The run's events over SSE (posted with `Accept: text/event-stream`), to its end.
-async fn streamed_run(platform: &TestPlatform, token: &str, body: &Value) -> Vec<Value> {
-    let response = platform
-        .http
-        .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
-        .bearer_auth(token)
-        .header("accept", "text/event-stream")
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    read_sse(response, None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|frame| frame.data)
-        .collect()
-}
-
 #[tokio::test]
 async fn an_owners_runs_that_pass_their_event_bytes_of_the_day_end_with_quota_exceeded() {
     let per_day = 1024 * 1024;
@@ -308,7 +288,7 @@ async fn an_owners_runs_that_pass_their_event_bytes_of_the_day_end_with_quota_ex
     let mut ended = Vec::new();
     for n in 0..4 {
         let body = text_run(&uuid::Uuid::new_v4().to_string(), &format!("a{n}"), &text);
-        let events = streamed_run(&platform, &alice, &body).await;
+        let events = platform.api().stream_run(&alice, &body).await.unwrap();
         let last = events.last().unwrap().clone();
         let error = last["type"] == "RUN_ERROR";
         ended.push((events.len(), last));
@@ -331,10 +311,10 @@ async fn an_owners_runs_that_pass_their_event_bytes_of_the_day_end_with_quota_ex
 
     // The next run of alice's ends at once; bob's runs are not affected.
     let body = text_run(&uuid::Uuid::new_v4().to_string(), "a-next", "hello");
-    let events = streamed_run(&platform, &alice, &body).await;
+    let events = platform.api().stream_run(&alice, &body).await.unwrap();
     assert_eq!(events.last().unwrap()["code"], "quota_exceeded");
     let body = text_run(&uuid::Uuid::new_v4().to_string(), "b1", &text);
-    let events = streamed_run(&platform, &bob, &body).await;
+    let events = platform.api().stream_run(&bob, &body).await.unwrap();
     assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
     assert_eq!(
         switchboard_system_tests::streamed_text(&events),

@@ -19,6 +19,10 @@ use serde::Deserialize;
 
 use crate::http::ErrorResponse;
 
+/// The scope (in a token's `scope` claim: space-separated, or a list) that lets a caller read
+/// every owner's usage (`GET /api/v1/agent/usage?owner=`).
+pub const ADMIN_SCOPE: &str = "switchboard:admin";
+
 /// Longest owner id accepted from a token's `sub`.
 pub const MAX_SUB_LEN: usize = 255;
 
@@ -79,10 +83,39 @@ impl std::fmt::Debug for Authenticator {
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    /// OAuth scopes: one space-separated string, or a list.
+    #[serde(default)]
+    scope: Option<Scopes>,
     /// Required and checked by `jsonwebtoken`; read here to know how long the token may be
     /// remembered as verified.
     #[serde(default)]
     exp: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Scopes {
+    Text(String),
+    List(Vec<String>),
+}
+
+impl Scopes {
+    fn has(&self, wanted: &str) -> bool {
+        match self {
+            Self::Text(text) => text.split_ascii_whitespace().any(|s| s == wanted),
+            Self::List(list) => list.iter().any(|s| s == wanted),
+        }
+    }
+}
+
+/// An authenticated caller: the owner it acts as, and whether its token grants
+/// [`ADMIN_SCOPE`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// The token's `sub`.
+    pub owner: Owner,
+    /// The token's scopes hold [`ADMIN_SCOPE`].
+    pub admin: bool,
 }
 
 /// Tokens this process verified, each with its owner, until its expiry (plus the leeway the
@@ -93,7 +126,7 @@ struct Claims {
 /// [`VerifiedTokens::MAX_TOKEN_LEN`] bytes are held (then the expired ones are dropped, or all).
 #[derive(Default)]
 struct VerifiedTokens {
-    tokens: std::sync::Mutex<std::collections::HashMap<Box<str>, (Owner, u64)>>,
+    tokens: std::sync::Mutex<std::collections::HashMap<Box<str>, (Identity, u64)>>,
 }
 
 impl VerifiedTokens {
@@ -101,14 +134,14 @@ impl VerifiedTokens {
     const MAX_TOKEN_LEN: usize = 2048;
 
     /// The owner of `token` if it was verified and is still valid at `now` (Unix seconds).
-    fn get(&self, token: &str, now: u64) -> Option<Owner> {
+    fn get(&self, token: &str, now: u64) -> Option<Identity> {
         let tokens = self.tokens.lock().ok()?;
         let (owner, until) = tokens.get(token)?;
         (now <= *until).then(|| owner.clone())
     }
 
     /// Remembers `token` as `owner`'s until `until` (Unix seconds).
-    fn insert(&self, token: &str, owner: &Owner, until: u64, now: u64) {
+    fn insert(&self, token: &str, owner: &Identity, until: u64, now: u64) {
         if token.len() > Self::MAX_TOKEN_LEN {
             return;
         }
@@ -192,17 +225,25 @@ impl Authenticator {
 
     /// The owner named by a token, if the token is valid.
     pub fn verify(&self, token: &str) -> Result<Owner, AuthError> {
+        self.identify(token).map(|identity| identity.owner)
+    }
+
+    /// The caller a token names (owner and scopes), if the token is valid.
+    pub fn identify(&self, token: &str) -> Result<Identity, AuthError> {
         let now = unix_now();
         if let Some(owner) = self.verified.get(token, now) {
             return Ok(owner);
         }
         let data = decode::<Claims>(token, &self.key, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
-        let Claims { sub, exp } = data.claims;
+        let Claims { sub, scope, exp } = data.claims;
         if sub.is_empty() || sub.len() > MAX_SUB_LEN || sub.chars().any(char::is_control) {
             return Err(AuthError::Invalid("unusable sub claim".to_owned()));
         }
-        let owner = Owner(sub);
+        let owner = Identity {
+            owner: Owner(sub),
+            admin: scope.is_some_and(|scope| scope.has(ADMIN_SCOPE)),
+        };
         // Valid until `exp + leeway` (jsonwebtoken's rule); `nbf`, checked now, stays passed.
         if let Some(exp) = exp.filter(|exp| exp.is_finite() && *exp >= 0.0) {
             #[expect(
@@ -218,12 +259,17 @@ impl Authenticator {
 
     /// The owner of a request with an `Authorization` header value.
     pub fn verify_header(&self, value: Option<&str>) -> Result<Owner, AuthError> {
+        self.identify_header(value).map(|identity| identity.owner)
+    }
+
+    /// The caller of a request with an `Authorization` header value.
+    pub fn identify_header(&self, value: Option<&str>) -> Result<Identity, AuthError> {
         let value = value.ok_or(AuthError::Missing)?;
         let token = value
             .strip_prefix("Bearer ")
             .or_else(|| value.strip_prefix("bearer "))
             .ok_or(AuthError::Missing)?;
-        self.verify(token.trim())
+        self.identify(token.trim())
     }
 }
 
@@ -246,12 +292,26 @@ where
     type Rejection = ErrorResponse;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Identity::from_request_parts(parts, state)
+            .await
+            .map(|identity| identity.owner)
+    }
+}
+
+impl<S> FromRequestParts<S> for Identity
+where
+    Arc<Authenticator>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ErrorResponse;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let auth = Arc::<Authenticator>::from_ref(state);
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        auth.verify_header(header).map_err(|err| {
+        auth.identify_header(header).map_err(|err| {
             tracing::debug!(error = %err, "request refused: not authenticated");
             ErrorResponse::new(
                 StatusCode::UNAUTHORIZED,
@@ -301,6 +361,25 @@ mod tests {
     fn a_valid_token_names_its_sub_as_owner() {
         let t = token(Algorithm::HS256, json!({"sub": "alice", "exp": now() + 60}));
         assert_eq!(authenticator().verify(&t), Ok(Owner("alice".to_owned())));
+    }
+
+    #[test]
+    fn the_admin_scope_is_read_from_a_scope_string_or_list_and_nothing_else() {
+        let auth = authenticator();
+        let admin = |claims: serde_json::Value| {
+            let mut claims = claims;
+            claims["sub"] = json!("alice");
+            claims["exp"] = json!(now() + 60);
+            auth.identify(&token(Algorithm::HS256, claims))
+                .unwrap()
+                .admin
+        };
+        assert!(admin(json!({"scope": "openid switchboard:admin"})));
+        assert!(admin(json!({"scope": ["switchboard:admin"]})));
+        assert!(!admin(json!({"scope": "openid switchboard:admins"})));
+        assert!(!admin(json!({"scope": "switchboard:admin-ish"})));
+        assert!(!admin(json!({"scp": "switchboard:admin"})));
+        assert!(!admin(json!({})));
     }
 
     #[test]
@@ -388,7 +467,10 @@ mod tests {
     #[test]
     fn a_verified_token_is_remembered_until_its_expiry_and_only_by_its_exact_text() {
         let verified = VerifiedTokens::default();
-        let alice = Owner("alice".to_owned());
+        let alice = Identity {
+            owner: Owner("alice".to_owned()),
+            admin: false,
+        };
         verified.insert("token-a", &alice, 1_000, 900);
         assert_eq!(verified.get("token-a", 1_000), Some(alice.clone()));
         assert_eq!(verified.get("token-a", 1_001), None, "expired");
@@ -401,7 +483,10 @@ mod tests {
     #[test]
     fn the_remembered_tokens_are_bounded() {
         let verified = VerifiedTokens::default();
-        let owner = Owner("o".to_owned());
+        let owner = Identity {
+            owner: Owner("o".to_owned()),
+            admin: false,
+        };
         // Half expire at 100, half at 1,000; at 500 a full set drops the expired half.
         for i in 0..VerifiedTokens::MAX {
             let until = if i % 2 == 0 { 100 } else { 1_000 };

@@ -176,6 +176,40 @@ pub async fn fallback() -> ErrorResponse {
     ErrorResponse::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, "no such route")
 }
 
+/// The server span of a request, `platform.http.request` (`otel.name` `<method> <route>`), a
+/// child of the trace context the client sent, if any. It names the path, never the query: a
+/// download link's signature is in it. The route is the matched template, so span names stay
+/// few whatever the ids in paths.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(axum::extract::MatchedPath::as_str);
+    let method = request.method();
+    let span = tracing::info_span!(
+        "platform.http.request",
+        otel.name = %route.map_or_else(|| method.to_string(), |route| format!("{method} {route}")),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %method,
+        http.route = route,
+        url.path = %request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::adopt_http_parent(&span, request.headers());
+    span
+}
+
+/// Records the answer's status on the request's span; a 5xx marks it failed.
+fn record_status(response: &Response, _latency: Duration, span: &tracing::Span) {
+    let status = response.status();
+    // As i64: OpenTelemetry's integer attribute (other integer types are exported as strings).
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "error");
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` is cancelled, then drains in-flight requests.
 pub async fn serve(
     listener: TcpListener,
@@ -187,17 +221,11 @@ pub async fn serve(
         .fallback(fallback)
         .layer(axum::middleware::from_fn(crate::metrics::track))
         .layer(PropagateRequestIdLayer::new(x_request_id.clone()))
-        // The span names the path, never the query: a download link's signature is in it.
-        .layer(TraceLayer::new_for_http().make_span_with(
-            |request: &axum::http::Request<axum::body::Body>| {
-                tracing::debug_span!(
-                    "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    version = ?request.version(),
-                )
-            },
-        ))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(record_status),
+        )
         .layer(SetRequestIdLayer::new(x_request_id, MakeRequestUuid));
     // Small writes (SSE events, WebSocket frames) go out at once, not after Nagle's delay.
     let listener = listener.tap_io(|tcp| {

@@ -2,6 +2,15 @@
 //! exporter), `/metrics` on every service's port, and the HTTP layer that counts requests by
 //! route and status with latency histograms. Services record their own with the `metrics`
 //! macros; the names are listed in the README ("Metrics").
+//!
+//! The worker's model calls follow OpenTelemetry's GenAI conventions, in Prometheus spelling:
+//! `gen_ai_client_token_usage{gen_ai_token_type="input"|"output", gen_ai_operation_name,
+//! gen_ai_provider_name, gen_ai_request_model}` (tokens per call, as the model reported them),
+//! `gen_ai_client_operation_duration_seconds` (a call, request to the stream's end) and
+//! `switchboard_model_time_to_first_token_seconds` (request to the first streamed text or
+//! tool-call chunk, as the worker sees it: the model's time to first token plus the network;
+//! not the server-side `gen_ai.server.time_to_first_token`), with the same labels but the token
+//! type.
 
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
@@ -18,14 +27,55 @@ const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// Buckets of `gen_ai_client_token_usage` (tokens): OpenTelemetry's advice, 1 to 4^12.
+const TOKEN_BUCKETS: &[f64] = &[
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+];
+
+/// Buckets (seconds) of the model-call histograms: OpenTelemetry's advice for GenAI durations,
+/// 10 ms doubling up to 5.5 minutes (a streamed answer can outlast [`BUCKETS`]' 60 s).
+const MODEL_BUCKETS: &[f64] = &[
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 163.84,
+    327.68,
+];
+
 /// The process's recorder, installed on first use. Several services in one process (the
 /// system tests) share it.
 pub fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         // Fails only for an empty bucket list; then histograms are rendered as summaries.
+        // A full name wins over the suffix (the exporter tries full names first).
+        let model = |name: &str| Matcher::Full(name.to_owned());
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(model("gen_ai_client_token_usage"), TOKEN_BUCKETS)
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    model("gen_ai_client_operation_duration_seconds"),
+                    MODEL_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    model("switchboard_model_time_to_first_token_seconds"),
+                    MODEL_BUCKETS,
+                )
+            })
             .unwrap_or_else(|_| PrometheusBuilder::new())
             .build_recorder();
         let handle = recorder.handle();
@@ -211,6 +261,30 @@ pub fn watch_consumer_lag(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_histograms_have_their_own_buckets() {
+        let handle = handle();
+        let labels = [("gen_ai_request_model", "bucket-test-model")];
+        metrics::histogram!("gen_ai_client_token_usage", &labels).record(300.0);
+        metrics::histogram!("gen_ai_client_operation_duration_seconds", &labels).record(90.0);
+        let text = handle.render();
+        let has = |name: &str, le: &str| {
+            text.lines().any(|line| {
+                line.starts_with(name)
+                    && line.contains("bucket-test-model")
+                    && line.contains(&format!("le=\"{le}\""))
+            })
+        };
+        assert!(
+            has("gen_ai_client_token_usage_bucket", "1024"),
+            "token buckets:\n{text}"
+        );
+        assert!(
+            has("gen_ai_client_operation_duration_seconds_bucket", "163.84"),
+            "model call buckets beyond 60 s:\n{text}"
+        );
+    }
 
     #[test]
     fn a_non_standard_method_is_labelled_other() {

@@ -342,10 +342,17 @@ pub struct RunBuckets {
     pub thread_state: JsonKv,
     /// Each owner's budgets per day (`bytes.<digest>.<day>`), shared by the runs replicas.
     pub owner_budgets: JsonKv,
+    /// The tokens each owner's runs used per day and month (`tokens.<digest>.d<day>`,
+    /// `tokens.<digest>.m<month>`): the worker charges, runs checks the token budgets.
+    pub owner_tokens: JsonKv,
 }
 
 /// How long an owner's budget record of a day is kept (the day, and one more for clocks).
 pub const OWNER_BUDGET_MAX_AGE: Duration = Duration::from_secs(2 * 24 * 3600);
+
+/// How long an owner's token record is kept after its last charge: a month's record lives
+/// through its month.
+pub const OWNER_TOKENS_MAX_AGE: Duration = Duration::from_secs(32 * 24 * 3600);
 
 /// How long an agent card stays without being registered again.
 pub const AGENT_CARD_TTL: Duration = Duration::from_secs(60);
@@ -402,12 +409,13 @@ pub async fn ensure_run_buckets(
             OWNER_BUDGET_MAX_AGE,
             Old,
         )),
+        Box::pin(open(names.owner_tokens_bucket(), OWNER_TOKENS_MAX_AGE, Old)),
     ];
     let mut opened = futures::future::try_join_all(openings).await?.into_iter();
     let mut next = || opened.next().context("a bucket was not opened");
     let (run_status, thread_locks, prompts, prompt_deadlines) =
         (next()?, next()?, next()?, next()?);
-    let (agents, thread_state, owner_budgets) = (next()?, next()?, next()?);
+    let (agents, thread_state, owner_budgets, owner_tokens) = (next()?, next()?, next()?, next()?);
     Ok(RunBuckets {
         run_status,
         thread_locks,
@@ -416,6 +424,7 @@ pub async fn ensure_run_buckets(
         agents,
         thread_state,
         owner_budgets,
+        owner_tokens,
     })
 }
 

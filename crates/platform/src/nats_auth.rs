@@ -142,6 +142,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             names.prompt_deadlines_bucket(),
             names.thread_state_bucket(),
             names.owner_budgets_bucket(),
+            names.owner_tokens_bucket(),
         ]
         .iter()
         .flat_map(|bucket| {
@@ -156,7 +157,9 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
     // The agent catalog is the workers' and a thread's remote-agent state the worker's: runs
     // reads them.
     let (agents, thread_state) = (names.agents_bucket(), names.thread_state_bucket());
-    let runs_writes = |bucket: &str| bucket != agents && bucket != thread_state;
+    // The tokens used are the worker's to charge: runs reads them against the budgets.
+    let tokens = names.owner_tokens_bucket();
+    let runs_writes = |bucket: &str| bucket != agents && bucket != thread_state && bucket != tokens;
     let inbox = format!("{}.>", inbox_prefix(service));
     let permissions = match service {
         // Answers resolve, sign, register and generated-upload; asks nothing.

@@ -1,7 +1,9 @@
 //! JSON logs through `tracing`, and OpenTelemetry traces exported over OTLP when configured.
 //!
 //! A tracer provider is always installed, so spans carry real W3C trace ids (propagated in NATS
-//! headers and shown to clients) even when nothing is exported.
+//! and HTTP headers and shown to clients) even when nothing is exported. Traces take the
+//! INFO spans of our own crates whatever `RUST_LOG` says: that filter is the logs' only, so quiet
+//! logs do not cut a trace into pieces.
 
 use std::str::FromStr;
 
@@ -12,7 +14,8 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::{Layer as _, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// How logs are written to stdout.
@@ -78,19 +81,28 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     let provider = builder.build();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(config.service));
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    // Spans (and the events in them) of the `switchboard_*` crates at INFO, of others at WARN.
+    let traced = Targets::new()
+        .with_target("switchboard", LevelFilter::INFO)
+        .with_default(LevelFilter::WARN);
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(config.service))
+        .with_filter(traced);
+    let logged = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(otel);
     match config.log_format {
         LogFormat::Json => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .flatten_event(true)
-                    .with_current_span(false),
+                    .with_current_span(false)
+                    .with_filter(logged),
             )
             .try_init()?,
-        LogFormat::Pretty => registry.with(tracing_subscriber::fmt::layer()).try_init()?,
+        LogFormat::Pretty => registry
+            .with(tracing_subscriber::fmt::layer().with_filter(logged))
+            .try_init()?,
     }
     Ok(TelemetryGuard { provider })
 }
@@ -117,5 +129,50 @@ pub fn adopt_parent(span: &tracing::Span, carrier: &dyn Extractor) {
     let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier));
     if let Err(err) = span.set_parent(parent) {
         tracing::debug!(error = %err, "span parent not set");
+    }
+}
+
+/// Writes the current span's trace context into the headers of an outgoing HTTP request (to a
+/// model API, a remote agent).
+pub fn inject_current_http(headers: &mut axum::http::HeaderMap) {
+    inject_current(&mut HttpInjector(headers));
+}
+
+/// Makes `span` a child of the trace context an incoming HTTP request carries, if any.
+pub fn adopt_http_parent(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+    adopt_parent(span, &HttpExtractor(headers));
+}
+
+/// Writes trace context into HTTP headers.
+struct HttpInjector<'a>(&'a mut axum::http::HeaderMap);
+
+impl Injector for HttpInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(key.as_bytes()),
+            axum::http::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Reads trace context from HTTP headers.
+struct HttpExtractor<'a>(&'a axum::http::HeaderMap);
+
+impl Extractor for HttpExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(axum::http::HeaderName::as_str).collect()
+    }
+}
+
+/// Makes `span` a child of the trace context in `message`'s NATS headers, if it has any.
+pub fn adopt_message_parent(span: &tracing::Span, message: &async_nats::Message) {
+    if let Some(headers) = &message.headers {
+        adopt_parent(span, &crate::nats::HeaderExtractor(headers));
     }
 }

@@ -17,12 +17,16 @@ pub enum ErrorCode {
     Unauthorized,
     /// The resource does not exist or belongs to someone else (404).
     NotFound,
+    /// The caller is authenticated but may not do this (403).
+    Forbidden,
     /// The request conflicts with the current state of the resource (409).
     Conflict,
     /// The caller sent too many requests (429).
     RateLimited,
     /// The caller's storage quota is used up (403).
     QuotaExceeded,
+    /// The caller's token budget (per day or per month) is spent (429, with `Retry-After`).
+    BudgetExceeded,
     /// What was asked for is older than its retention (410).
     Expired,
     /// A dependency (database, NATS, S3) is unavailable (503).

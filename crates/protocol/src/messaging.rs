@@ -193,6 +193,13 @@ impl Names {
         self.bucket("OWNER_BUDGETS")
     }
 
+    /// KV bucket of the tokens each owner's runs used, per UTC day and month
+    /// (`tokens.<digest>.d<yyyymmdd>`, `tokens.<digest>.m<yyyymm>`): charged by the worker as a
+    /// run ends, read by every runs replica against the owner's token budgets.
+    pub fn owner_tokens_bucket(&self) -> String {
+        self.bucket("OWNER_TOKENS")
+    }
+
     /// KV bucket of the deadlines of pending prompts with a timeout (what the sweeper scans).
     pub fn prompt_deadlines_bucket(&self) -> String {
         self.bucket("PROMPT_DEADLINES")
@@ -255,6 +262,9 @@ pub struct RunStatusRecord {
     /// The tokens the run used, one entry per model, once it ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<crate::usage::TokenUsage>,
+    /// Where the run's time went, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<crate::usage::RunTimings>,
 }
 
 impl RunStatusRecord {
@@ -272,6 +282,7 @@ impl RunStatusRecord {
             error: None,
             alive_at: Some(now),
             usage: Vec::new(),
+            timings: None,
         }
     }
 }

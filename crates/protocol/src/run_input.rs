@@ -435,6 +435,9 @@ pub struct RunStatusResponse {
     /// The tokens the run used, one entry per model (AG-UI `TokenUsage`), once it ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<crate::usage::TokenUsage>,
+    /// Where the run's time went (milliseconds from acceptance), once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<crate::usage::RunTimings>,
 }
 
 #[cfg(test)]

@@ -53,6 +53,50 @@ impl TokenUsage {
     }
 }
 
+/// Where a run's time went, in milliseconds from its acceptance (what its user waited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunTimings {
+    /// Until a worker started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_ms: Option<i64>,
+    /// Until its first output: a text message's first content or a tool call's start (none when
+    /// it had none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_first_token_ms: Option<i64>,
+    /// Until it ended.
+    pub duration_ms: i64,
+}
+
+impl RunTimings {
+    /// The timings of a run accepted at `accepted`, started at `started`, first output at
+    /// `first_output` and ended at `ended`.
+    pub fn of(
+        accepted: chrono::DateTime<chrono::Utc>,
+        started: Option<chrono::DateTime<chrono::Utc>>,
+        first_output: Option<chrono::DateTime<chrono::Utc>>,
+        ended: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
+        let since = |at: chrono::DateTime<chrono::Utc>| (at - accepted).num_milliseconds().max(0);
+        Self {
+            queued_ms: started.map(since),
+            time_to_first_token_ms: first_output.map(since),
+            duration_ms: since(ended),
+        }
+    }
+}
+
+/// All tokens of a run's entries.
+pub fn total_tokens(usage: &[TokenUsage]) -> u64 {
+    usage
+        .iter()
+        .map(|u| {
+            u.total_tokens
+                .max(u.input_tokens.saturating_add(u.output_tokens))
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// Adds `entry` to `usage`: into the entry of the same provider and model, or as a new one.
 pub fn add(usage: &mut Vec<TokenUsage>, entry: TokenUsage) {
     let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {

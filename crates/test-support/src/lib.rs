@@ -122,11 +122,23 @@ impl Infra {
 
     /// A bearer token for `sub` expiring `secs` from now (negative: already expired).
     pub fn token_expiring(&self, sub: &str, secs: i64) -> String {
+        self.token_with(sub, secs, serde_json::json!({}))
+    }
+
+    /// A bearer token for `sub` with the `scope` claim `scope`, valid for an hour.
+    pub fn token_with_scope(&self, sub: &str, scope: &str) -> String {
+        self.token_with(sub, 3600, serde_json::json!({"scope": scope}))
+    }
+
+    fn token_with(&self, sub: &str, secs: i64, extra: serde_json::Value) -> String {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or_default();
-        let claims = serde_json::json!({"sub": sub, "iat": now, "exp": now + secs});
+        let mut claims = serde_json::json!({"sub": sub, "iat": now, "exp": now + secs});
+        if let (Some(claims), Some(extra)) = (claims.as_object_mut(), extra.as_object()) {
+            claims.extend(extra.clone());
+        }
         encode(
             &Header::default(),
             &claims,
@@ -145,6 +157,9 @@ fn prefix_streams(names: &protocol::messaging::Names) -> Vec<String> {
         names.prompts_bucket(),
         names.prompt_deadlines_bucket(),
         names.agents_bucket(),
+        names.thread_state_bucket(),
+        names.owner_budgets_bucket(),
+        names.owner_tokens_bucket(),
     ] {
         streams.push(format!("KV_{bucket}"));
     }

@@ -22,6 +22,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::file_name::generated_key;
@@ -480,6 +481,18 @@ impl Resolver {
                 let client = client.clone();
                 let (this, names, resolve_subject, sign_subject, upload_subject) =
                     (&self, &names, &resolve_subject, &sign_subject, &upload_subject);
+                // The handler's span, a child of the caller's (runs admitting a run, history
+                // signing links, a worker storing a file).
+                let span = if message.subject.as_str() == resolve_subject.as_str() {
+                    tracing::info_span!("attachments.resolve.handle", otel.kind = "server")
+                } else if message.subject.as_str() == sign_subject.as_str() {
+                    tracing::info_span!("attachments.sign.handle", otel.kind = "server")
+                } else if message.subject.as_str() == upload_subject.as_str() {
+                    tracing::info_span!("attachments.generated_upload.handle", otel.kind = "server")
+                } else {
+                    tracing::info_span!("attachments.register.handle", otel.kind = "server")
+                };
+                platform::rpc::adopt(&span, &message);
                 async move {
                     let Some(reply) = message.reply.clone() else {
                         return;
@@ -514,6 +527,7 @@ impl Resolver {
                         }
                     }
                 }
+                .instrument(span)
             })
             .await;
         Ok(())

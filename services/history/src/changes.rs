@@ -8,6 +8,7 @@ use protocol::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use protocol::messaging::{RunEventV1, RunStatus};
 use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints};
+use protocol::usage::TokenUsage;
 use serde_json::{Value, json};
 
 /// One change to history.
@@ -78,8 +79,53 @@ pub(crate) enum Change {
         /// The fields.
         fields: Value,
     },
+    /// The tokens the run used, one entry per provider and model, as its terminal event
+    /// reported them.
+    Usage(Vec<TokenUsage>),
     /// Nothing is kept of the event, and why (logged).
     Ignored(String),
+}
+
+/// When a run started, first showed output and ended, as far as one event tells: the store
+/// keeps the first of each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// `RUN_STARTED`.
+    pub(crate) started_at: Option<DateTime<Utc>>,
+    /// A text message's content or a tool call's start.
+    pub(crate) first_output_at: Option<DateTime<Utc>>,
+    /// The terminal event.
+    pub(crate) ended_at: Option<DateTime<Utc>>,
+}
+
+/// What `event` tells of its run's times.
+pub(crate) fn marks(event: &RunEventV1) -> Marks {
+    let at = Some(event.emitted_at);
+    match &event.event {
+        Event::RunStarted { .. } => Marks {
+            started_at: at,
+            ..Marks::default()
+        },
+        Event::TextMessageContent { .. } | Event::ToolCallStart { .. } => Marks {
+            first_output_at: at,
+            ..Marks::default()
+        },
+        e if e.is_terminal() => Marks {
+            ended_at: at,
+            ..Marks::default()
+        },
+        _ => Marks::default(),
+    }
+}
+
+/// The run's usage as one entry per provider and model (a remote agent may report a model
+/// twice), or no change when it reported none.
+fn usage_change(usage: Option<&Vec<TokenUsage>>) -> Option<Change> {
+    let mut merged = Vec::new();
+    for entry in usage.into_iter().flatten() {
+        protocol::usage::add(&mut merged, entry.clone());
+    }
+    (!merged.is_empty()).then_some(Change::Usage(merged))
 }
 
 /// The changes `event` makes to a run accepted at `accepted_at`, in order.
@@ -88,13 +134,18 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
     let run_meta = |message_id: &str, stage: &str| json!({"run_id": event.run_id, "message_id": message_id, "stage": stage});
     match &event.event {
         Event::RunStarted { .. } => vec![Change::Status(RunStatus::Running)],
-        Event::RunFinished { .. } => vec![Change::Status(RunStatus::Completed)],
-        Event::RunError { code, .. } => {
-            vec![Change::Status(if code.as_deref() == Some("cancelled") {
+        Event::RunFinished { usage, .. } => std::iter::once(Change::Status(RunStatus::Completed))
+            .chain(usage_change(usage.as_ref()))
+            .collect(),
+        Event::RunError { code, usage, .. } => {
+            let status = if code.as_deref() == Some("cancelled") {
                 RunStatus::Cancelled
             } else {
                 RunStatus::Failed
-            })]
+            };
+            std::iter::once(Change::Status(status))
+                .chain(usage_change(usage.as_ref()))
+                .collect()
         }
         Event::TextMessageStart { message_id, .. } => vec![Change::EnsureAssistant {
             message_id: message_id.clone(),
@@ -226,6 +277,66 @@ mod tests {
         assert_eq!(
             of(json!({"type": "RUN_ERROR", "message": "x"})),
             [Change::Status(RunStatus::Failed)]
+        );
+    }
+
+    #[test]
+    fn a_terminal_event_keeps_its_usage_one_entry_per_model() {
+        let usage = |input: u64, output: u64| json!({"provider": "openai", "model": "m", "inputTokens": input, "outputTokens": output, "totalTokens": input + output});
+        let finished = of(
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1",
+                                 "usage": [usage(10, 2), usage(5, 1)]}),
+        );
+        let Change::Usage(entries) = &finished[1] else {
+            panic!("no usage change: {finished:?}");
+        };
+        assert_eq!(entries.len(), 1, "the same model twice is summed");
+        assert_eq!(
+            (
+                entries[0].input_tokens,
+                entries[0].output_tokens,
+                entries[0].total_tokens
+            ),
+            (15, 3, 18)
+        );
+        let cancelled = of(
+            json!({"type": "RUN_ERROR", "message": "x", "code": "cancelled",
+                                  "usage": [usage(7, 0)]}),
+        );
+        assert_eq!(cancelled[0], Change::Status(RunStatus::Cancelled));
+        assert!(matches!(&cancelled[1], Change::Usage(e) if e[0].input_tokens == 7));
+        assert_eq!(
+            of(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1", "usage": []})).len(),
+            1,
+            "an empty usage changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_run_is_marked_started_at_first_output_and_ended() {
+        let at = Some(DateTime::from_timestamp(1_000, 0).unwrap_or_default());
+        let mark = |value: Value| marks(&event(value));
+        assert_eq!(
+            mark(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"})).started_at,
+            at
+        );
+        assert_eq!(
+            mark(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}))
+                .first_output_at,
+            at
+        );
+        assert_eq!(
+            mark(json!({"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f"}))
+                .first_output_at,
+            at
+        );
+        assert_eq!(
+            mark(json!({"type": "RUN_ERROR", "message": "x"})).ended_at,
+            at
+        );
+        assert_eq!(
+            mark(json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})),
+            Marks::default()
         );
     }
 

@@ -12,6 +12,7 @@ use protocol::messaging::{
 };
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::store::{self, Outcome};
 
@@ -82,16 +83,30 @@ impl Ingest {
             )
         });
         let pool = &self.pool;
-        let runs = consume(&self.runs, shutdown.clone(), |payload, seq| async move {
-            match serde_json::from_slice::<RunTask>(&payload) {
+        // A run's acceptance and its end are spans of the run's trace (its messages carry the
+        // context); the events between are not (one span per streamed delta would bury it).
+        let runs = consume(&self.runs, shutdown.clone(), |message, seq| async move {
+            match serde_json::from_slice::<RunTask>(&message.payload) {
                 Ok(RunTask::V1(task)) => {
-                    Handled::from(store::record_accepted_run(pool, &task, seq).await)
+                    let span = tracing::info_span!("history.ingest.run", task.id = %task.task_id);
+                    platform::telemetry::adopt_message_parent(&span, &message);
+                    Handled::from(
+                        store::record_accepted_run(pool, &task, seq)
+                            .instrument(span)
+                            .await,
+                    )
                 }
                 Err(err) => Handled::Undecodable(err),
             }
         });
-        let events = consume(&self.events, shutdown, |payload, _| async move {
-            match serde_json::from_slice::<RunEventMessage>(&payload) {
+        let events = consume(&self.events, shutdown, |message, _| async move {
+            match serde_json::from_slice::<RunEventMessage>(&message.payload) {
+                Ok(RunEventMessage::V1(event)) if event.event.is_terminal() => {
+                    let span =
+                        tracing::info_span!("history.ingest.run_end", task.id = %event.task_id);
+                    platform::telemetry::adopt_message_parent(&span, &message);
+                    Handled::from(store::apply_event(pool, &event).instrument(span).await)
+                }
                 Ok(RunEventMessage::V1(event)) => {
                     Handled::from(store::apply_event(pool, &event).await)
                 }
@@ -127,7 +142,7 @@ async fn consume<F, Fut>(
     handle: F,
 ) -> anyhow::Result<()>
 where
-    F: Fn(bytes::Bytes, u64) -> Fut,
+    F: Fn(async_nats::Message, u64) -> Fut,
     Fut: std::future::Future<Output = Handled>,
 {
     let name = consumer.cached_info().name.clone();
@@ -147,7 +162,7 @@ where
             }
         };
         let seq = message.info().map_or(0, |info| info.stream_sequence);
-        let ack = match handle(message.payload.clone(), seq).await {
+        let ack = match handle(message.message.clone(), seq).await {
             Handled::Done(Outcome::Written | Outcome::Duplicate) => message.ack().await,
             Handled::Done(Outcome::NotYet) => {
                 message.ack_with(AckKind::Nak(Some(NOT_YET_DELAY))).await

@@ -12,6 +12,7 @@ mod routes;
 mod sign;
 mod store;
 mod thread_messages;
+mod usage;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -37,6 +37,7 @@ pub(crate) async fn serve(
         &names,
         names.history_run_lookup_subject(),
         shutdown,
+        || tracing::info_span!("history.lookup.handle", otel.kind = "server"),
         |request| answer(pool, runs, request),
     )
     .await

@@ -22,6 +22,7 @@ pub(crate) async fn serve(
         &names,
         names.history_progress_subject(),
         shutdown,
+        || tracing::info_span!("history.progress.handle", otel.kind = "server"),
         |ProgressRequest::V1 { task_id }| async move {
             let written = store::written_seq(pool, task_id).await?;
             anyhow::Ok(ProgressReply::V1 {

@@ -6,6 +6,7 @@ use protocol::messaging::{HISTORY_QUEUE, Names};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// Requests answered at once per replica, per endpoint.
 const CONCURRENCY: usize = 32;
@@ -13,12 +14,14 @@ const CONCURRENCY: usize = 32;
 /// Answers every request on `subject` with what `answer` makes of it. An undecodable request or
 /// an `Err` gets no answer (logged): the caller times out, and never waits on a wrong answer. A
 /// request whose reply subject is not the inbox of a service allowed to call the endpoint
-/// ([`platform::nats_auth::reply_from_caller`]) is not answered either.
+/// ([`platform::nats_auth::reply_from_caller`]) is not answered either. Each request is handled
+/// in a span made by `span`, a child of the caller's ([`platform::rpc::adopt`]).
 pub(crate) async fn serve<Req, Rep, F, Fut>(
     client: async_nats::Client,
     names: &Names,
     subject: String,
     shutdown: CancellationToken,
+    span: fn() -> tracing::Span,
     answer: F,
 ) -> anyhow::Result<()>
 where
@@ -34,6 +37,8 @@ where
         .take_until(shutdown.cancelled_owned())
         .for_each_concurrent(CONCURRENCY, |message| {
             let (client, answer, subject) = (&client, &answer, &subject);
+            let span = span();
+            platform::rpc::adopt(&span, &message);
             async move {
                 let Some(reply) = message.reply else {
                     return;
@@ -61,6 +66,7 @@ where
                     tracing::warn!(%subject, error = %err, "cannot answer a request");
                 }
             }
+            .instrument(span)
         })
         .await;
     Ok(())

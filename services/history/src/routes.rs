@@ -39,6 +39,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/agent/history/bodies", get(history_bodies))
         .route("/v2/history", get(session_history))
         .route("/api/v1/agent/threads", get(threads))
+        .route("/api/v1/agent/usage", get(crate::usage::usage))
         .with_state(state)
 }
 

@@ -27,6 +27,7 @@ impl UrlSigner {
     /// Signed URLs for `content_urls` of `owner`, in order; `None` where the file is gone or
     /// not the owner's. If the attachments service does not answer, every URL is `None` and the
     /// snapshot is still served (logged).
+    #[tracing::instrument(name = "history.sign.urls", skip_all, fields(count = content_urls.len()))]
     pub(crate) async fn sign(&self, owner: &str, content_urls: Vec<String>) -> Vec<Option<String>> {
         let count = content_urls.len();
         if count == 0 {
@@ -58,11 +59,13 @@ impl UrlSigner {
             urls,
         };
         let payload = serde_json::to_vec(&request)?;
-        let reply = tokio::time::timeout(
+        let reply = platform::rpc::request(
+            &self.client,
+            self.subject.clone(),
+            payload.into(),
             SIGN_TIMEOUT,
-            self.client.request(self.subject.clone(), payload.into()),
         )
-        .await??;
+        .await?;
         let SignReply::V1 { urls, .. } = serde_json::from_slice(&reply.payload)?;
         Ok(urls)
     }

@@ -55,6 +55,7 @@ pub(crate) async fn serve(
         &names,
         names.history_thread_messages_subject(),
         shutdown,
+        || tracing::info_span!("history.thread_messages.handle", otel.kind = "server"),
         |request| answer(pool, written, names_ref, signer, request),
     )
     .await

@@ -90,6 +90,7 @@ impl Acceptor {
 
     /// Accepts the run (or recognises a retry of it) and returns the answer for the client,
     /// once JetStream holds the task.
+    #[tracing::instrument(name = "runs.accept.publish", skip_all, fields(run.id = %input.run_id))]
     pub(crate) async fn accept(
         &self,
         owner: &str,

@@ -61,6 +61,11 @@ impl Admission {
 
     /// Resolves every file of the (last) user message, rewrites their URLs to `s3://bucket/path`
     /// and returns their storage metadata, in block order.
+    #[tracing::instrument(
+        name = "runs.accept.admit",
+        skip_all,
+        fields(thread.id = %input.thread_id, run.id = %input.run_id)
+    )]
     pub(crate) async fn admit(
         &self,
         owner: &str,
@@ -153,12 +158,13 @@ impl Admission {
         };
         let payload =
             serde_json::to_vec(&request).map_err(|e| AdmitError::Unavailable(e.into()))?;
-        let answer = tokio::time::timeout(
+        let answer = platform::rpc::request(
+            &self.client,
+            self.subject.clone(),
+            payload.into(),
             self.timeout,
-            self.client.request(self.subject.clone(), payload.into()),
         )
         .await
-        .map_err(|_| AdmitError::Unavailable(anyhow::anyhow!("resolve timed out")))?
         .map_err(|e| AdmitError::Unavailable(e.into()))?;
         match serde_json::from_slice::<ResolveReply>(&answer.payload) {
             Ok(ResolveReply::V1(outcome)) => Ok(outcome),

@@ -1,6 +1,6 @@
-//! The runs service's per-owner budget of bytes of accepted runs per UTC day
-//! (`SB_RUNS_OWNER_BYTES_PER_DAY`, [`platform::budget::DailyBudget`] of kind `bytes`): its
-//! refusal.
+//! The refusals of the runs service's per-owner budgets: bytes of accepted runs per UTC day
+//! (`SB_RUNS_OWNER_BYTES_PER_DAY`, [`platform::budget::DailyBudget`] of kind `bytes`), and the
+//! tokens of runs per UTC day and month ([`platform::tokens`]).
 
 pub(crate) use platform::budget::Exhausted;
 
@@ -12,4 +12,44 @@ pub(crate) fn refusal(exhausted: &Exhausted) -> String {
         exhausted.per_day,
         exhausted.resets_in.as_secs().max(1)
     )
+}
+
+/// The refusal of a run whose owner's tokens of the day or month are spent: names the budget,
+/// what was used, and when it resets.
+pub(crate) fn tokens_refusal(over: &platform::tokens::OverBudget) -> String {
+    use platform::tokens::Period;
+    let (setting, reset) = match over.period {
+        Period::Day => ("SB_RUNS_OWNER_TOKENS_PER_DAY", "00:00 UTC"),
+        Period::Month => ("SB_RUNS_OWNER_TOKENS_PER_MONTH", "00:00 UTC on the 1st"),
+    };
+    format!(
+        "your token budget per {} ({} tokens, {setting}) is spent: {} used; \
+         the budget resets at {reset}, in {} s",
+        over.period,
+        over.limit,
+        over.used,
+        over.resets_in.as_secs().max(1)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platform::tokens::{OverBudget, Period};
+    use std::time::Duration;
+
+    #[test]
+    fn a_token_refusal_names_the_budget_its_use_and_its_reset() {
+        let message = tokens_refusal(&OverBudget {
+            period: Period::Month,
+            limit: 1000,
+            used: 1234,
+            resets_in: Duration::from_secs(90),
+        });
+        assert_eq!(
+            message,
+            "your token budget per month (1000 tokens, SB_RUNS_OWNER_TOKENS_PER_MONTH) is spent: \
+             1234 used; the budget resets at 00:00 UTC on the 1st, in 90 s"
+        );
+    }
 }

@@ -446,11 +446,7 @@ impl HistoryBarrier {
                 Ok(written) if written >= seq => return,
                 Ok(_) => {}
                 Err(err) => {
-                    let no_history = matches!(
-                        err.kind(),
-                        async_nats::client::RequestErrorKind::NoResponders
-                    );
-                    if no_history {
+                    if matches!(err, platform::rpc::RpcError::NoResponders { .. }) {
                         tracing::warn!(task.id = %task_id, "no history replica answers; the run's end is not held back");
                         return;
                     }
@@ -466,16 +462,16 @@ impl HistoryBarrier {
         }
     }
 
-    async fn ask(&self, task_id: Uuid) -> Result<u64, async_nats::RequestError> {
+    async fn ask(&self, task_id: Uuid) -> Result<u64, platform::rpc::RpcError> {
         let request = ProgressRequest::V1 { task_id };
         let payload = serde_json::to_vec(&request).unwrap_or_default();
-        let request = async_nats::Request::new()
-            .payload(payload.into())
-            .timeout(Some(HISTORY_ASK_TIMEOUT));
-        let reply = self
-            .client
-            .send_request(self.subject.clone(), request)
-            .await?;
+        let reply = platform::rpc::request(
+            &self.client,
+            self.subject.clone(),
+            payload.into(),
+            HISTORY_ASK_TIMEOUT,
+        )
+        .await?;
         match serde_json::from_slice(&reply.payload) {
             Ok(ProgressReply::V1 { written_seq }) => Ok(written_seq),
             Err(_) => Ok(0),

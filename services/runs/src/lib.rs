@@ -53,6 +53,11 @@ pub struct Config {
     /// Status, cancel, events and WebSocket reconnects per owner per replica
     /// (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, `SB_RUNS_LOOKUP_RATE_BURST`).
     pub lookup_rate: LookupRate,
+    /// Tokens each owner's runs may use per UTC day and month, across every replica
+    /// (`SB_RUNS_OWNER_TOKENS_PER_DAY`, `SB_RUNS_OWNER_TOKENS_PER_MONTH`, unset: unbounded;
+    /// `SB_RUNS_OWNER_TOKEN_BUDGETS`, a JSON object of overrides by owner); past one, 429
+    /// `budget_exceeded`.
+    pub token_budgets: platform::tokens::TokenBudgets,
 }
 
 impl Config {
@@ -77,6 +82,17 @@ impl Config {
                 }
                 bytes
             },
+            token_budgets: platform::tokens::TokenBudgets::new(
+                platform::tokens::TokenLimits {
+                    per_day: env.optional("SB_RUNS_OWNER_TOKENS_PER_DAY")?,
+                    per_month: env.optional("SB_RUNS_OWNER_TOKENS_PER_MONTH")?,
+                },
+                env.raw("SB_RUNS_OWNER_TOKEN_BUDGETS"),
+            )
+            .map_err(|reason| ConfigError::Invalid {
+                name: "SB_RUNS_OWNER_TOKEN_BUDGETS".to_owned(),
+                reason,
+            })?,
         })
     }
 }
@@ -102,6 +118,9 @@ pub(crate) struct SharedState {
     pub(crate) admission: Arc<admit::Admission>,
     pub(crate) runs: Arc<status::RunDirectory>,
     pub(crate) limiter: Arc<platform::limit::PerOwnerLimit>,
+    /// The owners' token budgets, and the tokens their runs used (the workers charge them).
+    pub(crate) token_budgets: platform::tokens::TokenBudgets,
+    pub(crate) tokens: platform::tokens::TokenLedger,
     /// Run lookups per owner: status, cancel, events, WebSocket reconnects.
     pub(crate) lookups: limit::Throttle,
     /// `POST /api/v1/agents/compatibility`: its rate and its places on the blocking pool.
@@ -167,6 +186,7 @@ impl platform::service::Service for Application {
         ));
         let hub_client = client.clone();
         let prompt_buckets = buckets.clone();
+        let tokens = platform::tokens::TokenLedger::new(buckets.owner_tokens.clone());
         let agents_kv = buckets.agents.clone();
         let thread_client = client.clone();
         let thread_runs = runs_stream.clone();
@@ -197,6 +217,8 @@ impl platform::service::Service for Application {
             admission,
             runs,
             limiter,
+            token_budgets: config.token_budgets.clone(),
+            tokens,
             lookups: limit::Throttle::lookups(lookup_rate),
             compatibility: compatibility::CompatibilityChecks::new(),
             events,

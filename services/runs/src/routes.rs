@@ -82,6 +82,7 @@ pub(crate) enum ApiError {
     RateLimited(Duration),
     /// 403: the owner's bytes of runs for the day are spent.
     OverBudget(crate::budget::Exhausted),
+    TokensSpent(platform::tokens::OverBudget),
     /// 404: no such run for this owner.
     NotFound,
     /// 404: no message and no run of this owner on this thread.
@@ -122,6 +123,7 @@ impl From<StartError> for ApiError {
             StartError::Conflict => ApiError::Conflict,
             StartError::ThreadBusy => ApiError::ThreadBusy,
             StartError::OverBudget(exhausted) => ApiError::OverBudget(exhausted),
+            StartError::TokensSpent(over) => ApiError::TokensSpent(over),
             StartError::Unavailable(err) => ApiError::Unavailable(err),
         }
     }
@@ -200,6 +202,19 @@ impl IntoResponse for ApiError {
                 )
                 .into_response();
                 if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                return response;
+            }
+            ApiError::TokensSpent(over) => {
+                let mut response = ErrorResponse::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorCode::BudgetExceeded,
+                    crate::budget::tokens_refusal(&over),
+                )
+                .into_response();
+                let secs = over.resets_in.as_secs().max(1).to_string();
+                if let Ok(value) = HeaderValue::from_str(&secs) {
                     response.headers_mut().insert(header::RETRY_AFTER, value);
                 }
                 return response;

@@ -45,6 +45,9 @@ pub(crate) enum StartError {
     /// 403: the owner's bytes of runs for the day are spent (`SB_RUNS_OWNER_BYTES_PER_DAY`).
     #[error("the owner's bytes of runs per day are spent")]
     OverBudget(crate::budget::Exhausted),
+    /// 429: one of the owner's token budgets is spent.
+    #[error("the owner's token budget of the {} is spent", .0.period)]
+    TokensSpent(platform::tokens::OverBudget),
     /// 503: NATS or the attachments service did not answer.
     #[error("unavailable: {0:#}")]
     Unavailable(anyhow::Error),
@@ -71,6 +74,18 @@ pub(crate) async fn start_run(
         .limiter
         .check(owner.as_str())
         .map_err(StartError::RateLimited)?;
+    // The tokens of the owner's earlier runs, against their budgets (nothing read when the
+    // owner has none).
+    state
+        .tokens
+        .check(
+            owner.as_str(),
+            state.token_budgets.of(owner.as_str()),
+            chrono::Utc::now(),
+        )
+        .await
+        .map_err(StartError::Unavailable)?
+        .map_err(StartError::TokensSpent)?;
     let mut requested = requested_agent(&input)
         .map_err(|m| refused("/forwardedProps/agent".to_owned(), m))?
         .map(str::to_owned);

@@ -40,6 +40,7 @@ fn untouched(owner: &str, run_id: &str, run: &RunRecord) -> RunStatusRecord {
         error: None,
         alive_at: None,
         usage: Vec::new(),
+        timings: None,
     }
 }
 
@@ -61,6 +62,7 @@ impl RunDirectory {
     /// The caller's latest run with this run id (a run id may be reused on several threads),
     /// from history, once history has written every run accepted before this call. Another
     /// owner's run is `None`, exactly like a missing one: the owner is part of the question.
+    #[tracing::instrument(name = "runs.status.lookup", skip_all, fields(run.id = %run_id))]
     async fn lookup(&self, owner: &str, run_id: &str) -> anyhow::Result<Option<RunRecord>> {
         let runs_seq = self.runs.get_info().await?.state.last_sequence;
         let request = RunLookupRequest::V1 {
@@ -68,15 +70,13 @@ impl RunDirectory {
             run_id: run_id.to_owned(),
             runs_seq,
         };
-        let reply = tokio::time::timeout(
+        let reply = platform::rpc::request(
+            &self.client,
+            self.names.history_run_lookup_subject(),
+            serde_json::to_vec(&request)?.into(),
             LOOKUP_TIMEOUT,
-            self.client.request(
-                self.names.history_run_lookup_subject(),
-                serde_json::to_vec(&request)?.into(),
-            ),
         )
         .await
-        .context("history did not answer a run lookup in time")?
         .context("history did not answer a run lookup")?;
         match serde_json::from_slice(&reply.payload)? {
             RunLookupReply::V1 { run } => Ok(run),
@@ -203,5 +203,6 @@ pub(crate) fn status_response(record: RunStatusRecord) -> RunStatusResponse {
         updated_at: record.updated_at,
         error: record.error,
         usage: record.usage,
+        timings: record.timings,
     }
 }

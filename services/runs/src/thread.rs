@@ -425,6 +425,7 @@ impl Threads {
 
     /// The thread's messages in AG-UI form, up to `open` (its own and later runs' left out),
     /// once history has written every run accepted so far.
+    #[tracing::instrument(name = "runs.thread.snapshot", skip_all, fields(thread.id = %thread_id))]
     async fn snapshot(
         &self,
         owner: &str,
@@ -445,12 +446,10 @@ impl Threads {
         let give_up = Instant::now() + SNAPSHOT_WAIT;
         let mut pause = Duration::from_millis(20);
         loop {
-            let asked = tokio::time::timeout(
-                ASK_TIMEOUT,
-                self.client.request(subject.clone(), payload.clone()),
-            )
-            .await;
-            if let Ok(Ok(reply)) = asked
+            let asked =
+                platform::rpc::request(&self.client, subject.clone(), payload.clone(), ASK_TIMEOUT)
+                    .await;
+            if let Ok(reply) = asked
                 && let ThreadMessagesReply::V1 { messages, .. } =
                     serde_json::from_slice::<ThreadMessagesReply>(&reply.payload)?
             {

@@ -975,6 +975,11 @@ fn api_error(err: StartError) -> WsError {
             crate::budget::refusal(&exhausted),
             "quota_exceeded",
         ),
+        StartError::TokensSpent(over) => WsError::new(
+            WsErrorCode::UnknownError,
+            crate::budget::tokens_refusal(&over),
+            "budget_exceeded",
+        ),
         StartError::RateLimited(wait) => WsError::new(
             WsErrorCode::UnknownError,
             format!(

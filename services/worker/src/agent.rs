@@ -12,6 +12,7 @@ use protocol::run_input::Message;
 use protocol::tools::build_tools_prompt;
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints, UiHintsEvent, UiStatus};
 use serde_json::json;
+use tracing::Instrument as _;
 
 use crate::attachments::AttachmentContent;
 use crate::sink::EventSink;
@@ -484,6 +485,15 @@ async fn call_tool(
     if client_tool {
         return Ok(()); // the client runs it and answers in its next run
     }
+    // The backend tool runs here: `execute_tool {name}` in OpenTelemetry's GenAI conventions.
+    let span = tracing::info_span!(
+        "worker.tool.execute",
+        otel.name = %format!("execute_tool {name}"),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %name,
+        gen_ai.tool.call.id = %tool_call_id,
+        gen_ai.tool.type = "function",
+    );
     let parsed: serde_json::Value =
         serde_json::from_str(arguments).unwrap_or(serde_json::Value::String(arguments.to_owned()));
     let result_id = format!("{task_id}-tool-1");
@@ -492,6 +502,7 @@ async fn call_tool(
         tool_call_id,
         content: serde_json::json!({"ok": true, "tool": name, "arguments": parsed}).to_string(),
     })
+    .instrument(span)
     .await?;
     let done = UiHints {
         title: Some(format!("{name} done")),

@@ -145,7 +145,9 @@ async fn fail(sink: &mut EventSink, message: String, code: &str) -> anyhow::Resu
         usage: (!usage.is_empty()).then(|| usage.clone()),
     })
     .await?;
-    Ok(RunEnd::new(RunStatus::Failed, Some(message)).with_usage(usage))
+    Ok(RunEnd::new(RunStatus::Failed, Some(message))
+        .with_usage(usage)
+        .with_times(sink.times()))
 }
 
 /// Why an agent's finished output breaks its card's output schema, if it does.
@@ -441,8 +443,17 @@ impl RunConsumer {
             }
             return;
         };
+        // GenAI conventions: `invoke_agent {agent}`, the thread as the conversation.
+        let agent = self.agents.get(task.agent.as_deref()).map_or_else(
+            || task.agent.clone().unwrap_or_default(),
+            |(_, card)| card.name.clone(),
+        );
         let span = tracing::info_span!(
             "worker.run.process",
+            otel.name = %format!("invoke_agent {agent}"),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = %agent,
+            gen_ai.conversation.id = %task.input.thread_id,
             task.id = %task.task_id,
             run.id = %task.input.run_id,
         );
@@ -564,7 +575,8 @@ impl RunConsumer {
             token.cancel();
         }
         let mut sink = EventSink::new(self.js.clone(), &self.names, task, token.clone())
-            .with_budget(Arc::clone(&self.event_budget));
+            .with_budget(Arc::clone(&self.event_budget))
+            .with_tokens(self.store.token_ledger());
         sink.finish(Event::RunStarted {
             thread_id: task.input.thread_id.clone(),
             run_id: task.input.run_id.clone(),
@@ -627,7 +639,9 @@ impl RunConsumer {
                 })
                 .await?;
                 tracing::info!("run finished");
-                Ok(RunEnd::new(RunStatus::Completed, None).with_usage(usage))
+                Ok(RunEnd::new(RunStatus::Completed, None)
+                    .with_usage(usage)
+                    .with_times(sink.times()))
             }
             Err(_) if token.is_cancelled() => {
                 // A cancelled run reports what it had used.
@@ -639,7 +653,9 @@ impl RunConsumer {
                 })
                 .await?;
                 tracing::info!("run cancelled");
-                Ok(RunEnd::new(RunStatus::Cancelled, None).with_usage(usage))
+                Ok(RunEnd::new(RunStatus::Cancelled, None)
+                    .with_usage(usage)
+                    .with_times(sink.times()))
             }
             // The log cannot take events (this worker was cut off: a fence, or NATS gone for
             // longer than the publish retries): nothing this worker writes would be stored, so

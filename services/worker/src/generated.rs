@@ -105,6 +105,7 @@ impl Registrar {
 
     /// Stores `bytes` as `file_name` of type `content_type`; answers its verified file's
     /// `content_url`.
+    #[tracing::instrument(name = "worker.generated.register", skip_all, fields(bytes = bytes.len()))]
     pub(crate) async fn register(
         &self,
         file_name: &str,
@@ -137,14 +138,14 @@ impl Registrar {
     }
 
     async fn request(&self, subject: &str, payload: Vec<u8>) -> Result<bytes::Bytes, AttachError> {
-        let request = async_nats::Request::new()
-            .payload(payload.into())
-            .timeout(Some(REQUEST_TIMEOUT));
-        let answer = self
-            .client
-            .send_request(subject.to_owned(), request)
-            .await
-            .map_err(unavailable)?;
+        let answer = platform::rpc::request(
+            &self.client,
+            subject.to_owned(),
+            payload.into(),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map_err(unavailable)?;
         Ok(answer.payload)
     }
 

@@ -12,7 +12,7 @@ mod request;
 use protocol::usage::TokenUsage;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::future::BoxFuture;
@@ -23,6 +23,7 @@ use protocol::run_input::{ContentBlock, Message, UserContent};
 use protocol::sse::{SseFrame, SseParser};
 use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 pub use self::decoder::StreamDecoder;
 pub use self::request::{ChatMessage, ChatRequest};
@@ -137,11 +138,15 @@ impl OpenAiAgent {
         body: &Value,
         usage: UsageSlot,
     ) -> anyhow::Result<BoxStream<'static, anyhow::Result<Event>>> {
+        // The model call continues the run's trace where the provider takes W3C context.
+        let mut headers = reqwest::header::HeaderMap::new();
+        platform::telemetry::inject_current_http(&mut headers);
         let request = self
             .client
             .post(&self.url)
             .bearer_auth(self.config.api_key.expose_secret())
             .header(reqwest::header::ACCEPT, "text/event-stream")
+            .headers(headers)
             .json(body)
             .send();
         let response = tokio::time::timeout(self.config.request_timeout, request)
@@ -198,25 +203,126 @@ impl Agent for OpenAiAgent {
             let body = build_request(input, &self.config.model, &extra_user_parts);
             let prefix = input.task.task_id.to_string();
             tracing::debug!(model = %self.config.model, "calling the model API");
+            let model = self.config.model.as_str();
+            let span = chat_span(model);
             let usage = UsageSlot::default();
-            let streamed = self.stream_events_counted(&prefix, &body, usage.clone());
-            let mut events = until_cancelled(sink, streamed).await??;
+            let started = Instant::now();
+            let mut first_token = None;
             let result = async {
+                let streamed = self.stream_events_counted(&prefix, &body, usage.clone());
+                let mut events = until_cancelled(sink, streamed).await??;
                 while let Some(event) = until_cancelled(sink, events.next()).await? {
-                    sink.emit(event?).await?;
+                    let event = event?;
+                    if first_token.is_none() && is_first_token(&event) {
+                        first_token = Some(started.elapsed());
+                    }
+                    sink.emit(event).await?;
                 }
                 anyhow::Ok(())
             }
+            .instrument(span.clone())
             .await;
             // What the model reported counts whether the run goes on or not.
-            let reported = usage.lock().ok().and_then(|mut slot| slot.take());
-            if let Some(entry) =
-                reported.and_then(|u| TokenUsage::from_openai(&self.config.model, &u))
-            {
+            let reported = usage
+                .lock()
+                .map(|mut slot| std::mem::take(&mut *slot))
+                .unwrap_or_default();
+            let entry = reported
+                .usage
+                .and_then(|u| TokenUsage::from_openai(model, &u));
+            record_chat(
+                &span,
+                model,
+                ChatOutcome {
+                    took: started.elapsed(),
+                    first_token,
+                    usage: entry.as_ref(),
+                    response_model: reported.model.as_deref(),
+                    failed: result.is_err(),
+                },
+            );
+            if let Some(entry) = entry {
                 sink.add_usage(entry);
             }
             result
         })
+    }
+}
+
+/// The client span of one model call, `chat {model}` in OpenTelemetry's GenAI conventions;
+/// the response model, the tokens and the outcome are recorded when known ([`record_chat`]).
+fn chat_span(model: &str) -> tracing::Span {
+    tracing::info_span!(
+        "worker.model.chat",
+        otel.name = %format!("chat {model}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = "openai",
+        gen_ai.request.model = %model,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+    )
+}
+
+/// Whether `event` is the model's first output: text, or the start of a tool call.
+fn is_first_token(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::TextMessageContent { .. } | Event::ToolCallStart { .. }
+    )
+}
+
+/// How a model call went, for its span and the GenAI metrics.
+struct ChatOutcome<'a> {
+    /// Request to the stream's end.
+    took: Duration,
+    /// Request to the first text or tool call, if any came.
+    first_token: Option<Duration>,
+    /// The tokens the model reported, if it did.
+    usage: Option<&'a TokenUsage>,
+    /// The model that answered, if the stream named it.
+    response_model: Option<&'a str>,
+    /// Whether the call failed (or the run was cancelled during it).
+    failed: bool,
+}
+
+/// Records `outcome` on the call's span and in `gen_ai_client_token_usage`,
+/// `gen_ai_client_operation_duration_seconds` and
+/// `switchboard_model_time_to_first_token_seconds` (named in [`platform::metrics`]).
+fn record_chat(span: &tracing::Span, model: &str, outcome: ChatOutcome<'_>) {
+    let labels = [
+        ("gen_ai_operation_name", "chat".to_owned()),
+        ("gen_ai_provider_name", "openai".to_owned()),
+        ("gen_ai_request_model", model.to_owned()),
+    ];
+    if let Some(response_model) = outcome.response_model {
+        span.record("gen_ai.response.model", response_model);
+    }
+    if let Some(usage) = outcome.usage {
+        // As i64: OpenTelemetry's integer attribute (a u64 would be exported as a string).
+        let int = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
+        span.record("gen_ai.usage.input_tokens", int(usage.input_tokens));
+        span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
+        for (kind, tokens) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ] {
+            let mut labels = labels.to_vec();
+            labels.push(("gen_ai_token_type", kind.to_owned()));
+            #[expect(clippy::cast_precision_loss, reason = "a histogram sample is an f64")]
+            metrics::histogram!("gen_ai_client_token_usage", &labels).record(tokens as f64);
+        }
+    }
+    if outcome.failed {
+        span.record("otel.status_code", "error");
+    }
+    metrics::histogram!("gen_ai_client_operation_duration_seconds", &labels)
+        .record(outcome.took.as_secs_f64());
+    if let Some(first_token) = outcome.first_token {
+        metrics::histogram!("switchboard_model_time_to_first_token_seconds", &labels)
+            .record(first_token.as_secs_f64());
     }
 }
 
@@ -260,8 +366,17 @@ where
     decode_counted(body, message_prefix, UsageSlot::default())
 }
 
-/// Where a model stream leaves the usage its last chunk reports.
-pub type UsageSlot = std::sync::Arc<std::sync::Mutex<Option<Value>>>;
+/// What a model stream reports besides its events.
+#[derive(Debug, Default)]
+pub struct StreamReport {
+    /// The `usage` of the chunk that carried it (the last, with `stream_options.include_usage`).
+    pub usage: Option<Value>,
+    /// The model that answered, as the first chunk naming one said.
+    pub model: Option<String>,
+}
+
+/// Where a model stream leaves what it reports besides its events.
+pub type UsageSlot = std::sync::Arc<std::sync::Mutex<StreamReport>>;
 
 /// [`decode_sse_stream`], keeping a chunk's `usage` in `usage`.
 fn decode_counted<S, B, E>(
@@ -276,6 +391,7 @@ where
 {
     let state = EventStream {
         usage,
+        model_seen: false,
         body: Box::pin(body),
         parser: SseParser::new(),
         decoder: StreamDecoder::new(message_prefix),
@@ -290,8 +406,10 @@ where
 }
 
 struct EventStream<S> {
-    /// The usage the model reported, for the caller.
+    /// The usage and the model the stream reported, for the caller.
     usage: UsageSlot,
+    /// Whether a chunk named the model already.
+    model_seen: bool,
     body: std::pin::Pin<Box<S>>,
     parser: SseParser,
     decoder: StreamDecoder,
@@ -364,7 +482,14 @@ where
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object())
             && let Ok(mut slot) = self.usage.lock()
         {
-            *slot = Some(usage.clone());
+            slot.usage = Some(usage.clone());
+        }
+        if !self.model_seen
+            && let Some(model) = chunk.get("model").and_then(Value::as_str)
+            && let Ok(mut slot) = self.usage.lock()
+        {
+            self.model_seen = true;
+            slot.model = Some(model.to_owned());
         }
         self.pending.extend(self.decoder.push(&chunk)?);
         Ok(false)

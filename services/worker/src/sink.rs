@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use platform::budget::{DailyBudget, Exhausted};
+use platform::tokens::TokenLedger;
 use protocol::agents::OutputCollector;
 use protocol::agui::Event;
 use protocol::files::{
@@ -72,6 +73,19 @@ pub struct EventSink {
     stream_seq: u64,
     /// The tokens the agent's models used so far, one entry per model.
     usage: Vec<protocol::usage::TokenUsage>,
+    /// Where the run's tokens are charged to its owner as it ends (none: not charged).
+    tokens: Option<TokenLedger>,
+    /// When the run's `RUN_STARTED` and its first output were published.
+    times: RunTimes,
+}
+
+/// When a run started and first showed output (a text message's content or a tool call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RunTimes {
+    /// `RUN_STARTED` published.
+    pub(crate) started_at: Option<DateTime<Utc>>,
+    /// The first output published.
+    pub(crate) first_output_at: Option<DateTime<Utc>>,
 }
 
 impl EventSink {
@@ -109,6 +123,8 @@ impl EventSink {
             writer: Uuid::new_v4(),
             stream_seq: 0,
             usage: Vec::new(),
+            tokens: None,
+            times: RunTimes::default(),
         }
     }
 
@@ -121,6 +137,18 @@ impl EventSink {
     /// The tokens used so far.
     pub(crate) fn usage(&self) -> Vec<protocol::usage::TokenUsage> {
         self.usage.clone()
+    }
+
+    /// When the run started and first showed output.
+    pub(crate) fn times(&self) -> RunTimes {
+        self.times
+    }
+
+    /// Charges the run's tokens to its owner in `ledger` as it ends (before its terminal event
+    /// is published, so whoever sees the end finds the charge).
+    pub(crate) fn with_tokens(mut self, ledger: TokenLedger) -> Self {
+        self.tokens = Some(ledger);
+        self
     }
 
     /// Spends the bytes of every event but `RUN_STARTED` and the terminal one from the owner's
@@ -334,6 +362,24 @@ impl EventSink {
                 }
             }
         }
+        if stored.event.is_terminal()
+            && let Some(ledger) = &self.tokens
+        {
+            let tokens = protocol::usage::total_tokens(&self.usage);
+            // Like the event budget: NATS unreachable must not fail the run; the tokens of a
+            // run that ends while it is go uncharged (logged).
+            if let Err(err) = ledger
+                .charge(&self.template.owner, tokens, stored.emitted_at)
+                .await
+            {
+                tracing::warn!(
+                    task.id = %self.template.task_id,
+                    tokens,
+                    error = format!("{err:#}"),
+                    "run's tokens not charged"
+                );
+            }
+        }
         // Fenced: if another worker ended this run meanwhile (this one was cut off long enough
         // to be taken for lost), nothing more of this writer is stored.
         let msg_id = format!("{}:{seq}:{}", self.template.task_id, self.writer.simple());
@@ -355,6 +401,15 @@ impl EventSink {
         })?;
         self.template.seq = seq;
         self.output.observe(&stored.event);
+        match stored.event {
+            Event::RunStarted { .. } => {
+                self.times.started_at.get_or_insert(stored.emitted_at);
+            }
+            Event::TextMessageContent { .. } | Event::ToolCallStart { .. } => {
+                self.times.first_output_at.get_or_insert(stored.emitted_at);
+            }
+            _ => {}
+        }
         Ok(())
     }
 }

@@ -21,6 +21,8 @@ pub(crate) struct RunEnd {
     pub(crate) error: Option<String>,
     /// The tokens it used.
     pub(crate) usage: Vec<protocol::usage::TokenUsage>,
+    /// When it started and first showed output.
+    pub(crate) times: crate::sink::RunTimes,
 }
 
 impl RunEnd {
@@ -30,12 +32,19 @@ impl RunEnd {
             status,
             error,
             usage: Vec::new(),
+            times: crate::sink::RunTimes::default(),
         }
     }
 
     /// The same end, having used `usage`.
     pub(crate) fn with_usage(mut self, usage: Vec<protocol::usage::TokenUsage>) -> Self {
         self.usage = usage;
+        self
+    }
+
+    /// The same end, of a run that started and first showed output at `times`.
+    pub(crate) fn with_times(mut self, times: crate::sink::RunTimes) -> Self {
+        self.times = times;
         self
     }
 }
@@ -86,6 +95,11 @@ impl RunStore {
     /// The store of the run lifecycle buckets (opened by [`platform::nats::ensure_run_buckets`]).
     pub(crate) fn new(buckets: RunBuckets) -> Self {
         Self { buckets }
+    }
+
+    /// Where runs' tokens are charged to their owners.
+    pub(crate) fn token_ledger(&self) -> platform::tokens::TokenLedger {
+        platform::tokens::TokenLedger::new(self.buckets.owner_tokens.clone())
     }
 
     /// Writes the card of every agent this worker runs to the agents bucket.
@@ -263,6 +277,12 @@ fn with_end(record: &RunStatusRecord, end: &RunEnd, now: DateTime<Utc>) -> Optio
         updated_at: now,
         error: end.error.clone(),
         usage: end.usage.clone(),
+        timings: Some(protocol::usage::RunTimings::of(
+            record.created,
+            end.times.started_at,
+            end.times.first_output_at,
+            now,
+        )),
         ..record.clone()
     })
 }

@@ -365,3 +365,145 @@ pub(crate) async fn messages_before_run(
     .fetch_all(pool)
     .await
 }
+
+/// Whose runs, ended when: the window of a usage answer.
+pub(crate) struct UsageWindow<'a> {
+    /// One owner's runs; `None`: every owner's.
+    pub(crate) owner: Option<&'a str>,
+    /// Runs that ended at or after.
+    pub(crate) from: DateTime<Utc>,
+    /// Runs that ended before.
+    pub(crate) to: DateTime<Utc>,
+}
+
+/// The runs of one group of a usage answer: their count, tokens and times (milliseconds from
+/// acceptance; `None` when no run of the group had one).
+#[derive(Debug)]
+pub(crate) struct UsageGroup {
+    /// Its owner when every owner's runs are grouped apart, else "".
+    pub(crate) owner: String,
+    pub(crate) key: String,
+    pub(crate) runs: i64,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) total_tokens: i64,
+    pub(crate) reasoning_tokens: i64,
+    pub(crate) cached_input_tokens: i64,
+    pub(crate) ttft_avg: Option<f64>,
+    pub(crate) ttft_p50: Option<f64>,
+    pub(crate) ttft_p95: Option<f64>,
+    pub(crate) duration_avg: Option<f64>,
+    pub(crate) duration_p50: Option<f64>,
+    pub(crate) duration_p95: Option<f64>,
+}
+
+/// The runs in `window` grouped by `group_by` (`day`: the UTC day it ended, `thread`, `agent`
+/// ("" for the worker's default), `owner`, or `all`: one group), each owner's apart when
+/// `split`; days in order, other groups by tokens, most first; at most `limit` groups.
+pub(crate) async fn usage_groups(
+    pool: &PgPool,
+    window: &UsageWindow<'_>,
+    group_by: &str,
+    split: bool,
+    limit: i64,
+) -> sqlx::Result<Vec<UsageGroup>> {
+    sqlx::query_as!(
+        UsageGroup,
+        r#"WITH runs AS (
+             SELECT p.task_id,
+                    CASE WHEN $4 THEN p.owner ELSE '' END AS owner,
+                    CASE $5 WHEN 'day' THEN to_char(p.ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+                            WHEN 'thread' THEN p.thread_id
+                            WHEN 'agent' THEN coalesce(p.agent, '')
+                            WHEN 'owner' THEN p.owner
+                            ELSE '' END AS key,
+                    extract(epoch FROM p.first_output_at - p.accepted_at) * 1000 AS ttft,
+                    extract(epoch FROM p.ended_at - p.accepted_at) * 1000 AS duration
+             FROM run_progress p
+             WHERE ($1::text IS NULL OR p.owner = $1)
+               AND p.ended_at IS NOT NULL AND p.ended_at >= $2 AND p.ended_at < $3
+           ), tokens AS (
+             SELECT r.task_id, sum(u.input_tokens) AS input, sum(u.output_tokens) AS output,
+                    sum(u.total_tokens) AS total, sum(u.reasoning_tokens) AS reasoning,
+                    sum(u.cached_input_tokens) AS cached
+             FROM runs r JOIN run_usage u ON u.task_id = r.task_id
+             GROUP BY r.task_id
+           )
+           SELECT r.owner AS "owner!", r.key AS "key!", count(*) AS "runs!",
+                  coalesce(sum(t.input), 0)::bigint AS "input_tokens!",
+                  coalesce(sum(t.output), 0)::bigint AS "output_tokens!",
+                  coalesce(sum(t.total), 0)::bigint AS "total_tokens!",
+                  coalesce(sum(t.reasoning), 0)::bigint AS "reasoning_tokens!",
+                  coalesce(sum(t.cached), 0)::bigint AS "cached_input_tokens!",
+                  avg(r.ttft)::float8 AS ttft_avg,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.ttft::float8) AS ttft_p50,
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY r.ttft::float8) AS ttft_p95,
+                  avg(r.duration)::float8 AS duration_avg,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY r.duration::float8) AS duration_p50,
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY r.duration::float8) AS duration_p95
+           FROM runs r LEFT JOIN tokens t ON t.task_id = r.task_id
+           GROUP BY r.owner, r.key
+           ORDER BY CASE WHEN $5 = 'day' THEN r.key END, 6 DESC, r.owner, r.key
+           LIMIT $6"#,
+        window.owner,
+        window.from,
+        window.to,
+        split,
+        group_by,
+        limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The tokens of one model in one group of a usage answer.
+#[derive(Debug)]
+pub(crate) struct UsageModel {
+    pub(crate) owner: String,
+    pub(crate) key: String,
+    /// "" when the usage named none.
+    pub(crate) provider: String,
+    pub(crate) model: String,
+    pub(crate) runs: i64,
+    pub(crate) input_tokens: i64,
+    pub(crate) output_tokens: i64,
+    pub(crate) total_tokens: i64,
+    pub(crate) reasoning_tokens: Option<i64>,
+    pub(crate) cached_input_tokens: Option<i64>,
+}
+
+/// The tokens of every model in every group of [`usage_groups`].
+pub(crate) async fn usage_models(
+    pool: &PgPool,
+    window: &UsageWindow<'_>,
+    group_by: &str,
+    split: bool,
+) -> sqlx::Result<Vec<UsageModel>> {
+    sqlx::query_as!(
+        UsageModel,
+        r#"SELECT CASE WHEN $4 THEN p.owner ELSE '' END AS "owner!",
+                  CASE $5 WHEN 'day' THEN to_char(p.ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')
+                          WHEN 'thread' THEN p.thread_id
+                          WHEN 'agent' THEN coalesce(p.agent, '')
+                          WHEN 'owner' THEN p.owner
+                          ELSE '' END AS "key!",
+                  u.provider, u.model, count(*) AS "runs!",
+                  sum(u.input_tokens)::bigint AS "input_tokens!",
+                  sum(u.output_tokens)::bigint AS "output_tokens!",
+                  sum(u.total_tokens)::bigint AS "total_tokens!",
+                  sum(u.reasoning_tokens)::bigint AS reasoning_tokens,
+                  sum(u.cached_input_tokens)::bigint AS cached_input_tokens
+           FROM run_progress p JOIN run_usage u ON u.task_id = p.task_id
+           WHERE ($1::text IS NULL OR p.owner = $1)
+             AND p.ended_at IS NOT NULL AND p.ended_at >= $2 AND p.ended_at < $3
+           GROUP BY 1, 2, 3, 4
+           ORDER BY 1, 2, 8 DESC"#,
+        window.owner,
+        window.from,
+        window.to,
+        split,
+        group_by
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -20,8 +20,8 @@ pub(crate) async fn record_accepted_run(
 ) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
     let inserted = sqlx::query_scalar!(
-        "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at, runs_seq)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at, runs_seq, agent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (task_id) DO NOTHING
          RETURNING task_id",
         task.task_id,
@@ -29,7 +29,8 @@ pub(crate) async fn record_accepted_run(
         task.input.thread_id,
         task.input.run_id,
         task.accepted_at,
-        i64::try_from(runs_seq).ok()
+        i64::try_from(runs_seq).ok(),
+        task.agent
     )
     .fetch_optional(&mut *tx)
     .await?;
@@ -304,10 +305,19 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     for change in changes(event, accepted_at) {
         apply(&mut tx, event, change).await?;
     }
+    // The run's first start, output and end stay (a redelivered run starts again).
+    let marks = crate::changes::marks(event);
     sqlx::query!(
-        "UPDATE run_progress SET last_event_seq = $2 WHERE task_id = $1",
+        "UPDATE run_progress SET last_event_seq = $2,
+             started_at = coalesce(started_at, $3),
+             first_output_at = coalesce(first_output_at, $4),
+             ended_at = coalesce(ended_at, $5)
+         WHERE task_id = $1",
         event.task_id,
-        seq
+        seq,
+        marks.started_at,
+        marks.first_output_at,
+        marks.ended_at
     )
     .execute(&mut *tx)
     .await?;
@@ -390,11 +400,40 @@ async fn apply(
         Change::MergeMetadata { message_id, fields } => {
             merge_metadata(tx, task_id, &message_id, fields).await
         }
+        Change::Usage(usage) => record_usage(tx, task_id, &usage).await,
         Change::Ignored(why) => {
             tracing::warn!(task.id = %task_id, reason = %why, "event ignored");
             Ok(())
         }
     }
+}
+
+/// The run's tokens, one row per provider and model (a model without a name is kept as "").
+async fn record_usage(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    usage: &[protocol::usage::TokenUsage],
+) -> sqlx::Result<()> {
+    let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for entry in usage {
+        sqlx::query!(
+            "INSERT INTO run_usage (task_id, provider, model, input_tokens, output_tokens,
+                                    total_tokens, reasoning_tokens, cached_input_tokens)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (task_id, provider, model) DO NOTHING",
+            task_id,
+            entry.provider.as_deref().unwrap_or(""),
+            entry.model.as_deref().unwrap_or(""),
+            tokens(entry.input_tokens),
+            tokens(entry.output_tokens),
+            tokens(entry.total_tokens),
+            entry.reasoning_tokens.map(tokens),
+            entry.cached_input_tokens.map(tokens)
+        )
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 async fn append_text(

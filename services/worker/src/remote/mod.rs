@@ -268,7 +268,7 @@ impl RemoteAgent {
             {
                 headers.insert(name.clone(), value);
             }
-            platform::telemetry::inject_current(&mut HttpInjector(&mut headers));
+            platform::telemetry::inject_current_http(&mut headers);
             let send = self
                 .http
                 .post(self.config.url.clone())
@@ -510,6 +510,7 @@ impl RemoteAgent {
 
     /// The thread's messages before this run, from history (waiting, within a bound, for it to
     /// write the thread's earlier runs).
+    #[tracing::instrument(name = "worker.remote.history", skip_all)]
     async fn history(
         &self,
         task: &RunTaskV1,
@@ -529,24 +530,21 @@ impl RemoteAgent {
         let give_up = Instant::now() + HISTORY_WAIT;
         let mut pause = Duration::from_millis(50);
         loop {
-            let asked = tokio::time::timeout(
+            let asked = platform::rpc::request(
+                &self.context.client,
+                subject.clone(),
+                payload.clone(),
                 REQUEST_TIMEOUT,
-                self.context
-                    .client
-                    .request(subject.clone(), payload.clone()),
             )
             .await;
             match asked {
-                Ok(Ok(reply)) => {
-                    match serde_json::from_slice::<ThreadMessagesReply>(&reply.payload)? {
-                        ThreadMessagesReply::V1 { messages, .. } => return Ok(messages),
-                        ThreadMessagesReply::Behind => {}
-                    }
-                }
-                Ok(Err(err)) => {
+                Ok(reply) => match serde_json::from_slice::<ThreadMessagesReply>(&reply.payload)? {
+                    ThreadMessagesReply::V1 { messages, .. } => return Ok(messages),
+                    ThreadMessagesReply::Behind => {}
+                },
+                Err(err) => {
                     tracing::debug!(error = %err, "history did not answer the thread's messages")
                 }
-                Err(_) => tracing::debug!("history did not answer the thread's messages in time"),
             }
             if Instant::now() + pause >= give_up {
                 return Err(AgentFailure {
@@ -618,6 +616,7 @@ impl RemoteAgent {
     }
 
     /// Fresh download links for `urls` of `owner` (`None` for a file gone or not verified).
+    #[tracing::instrument(name = "worker.remote.sign", skip_all, fields(count = urls.len()))]
     async fn sign(&self, owner: &str, urls: Vec<String>) -> Vec<Option<String>> {
         let count = urls.len();
         let request = SignRequest::V1 {
@@ -626,14 +625,13 @@ impl RemoteAgent {
         };
         let asked = async {
             let payload = serde_json::to_vec(&request)?;
-            let reply = tokio::time::timeout(
+            let reply = platform::rpc::request(
+                &self.context.client,
+                self.context.names.attachments_sign_subject(),
+                payload.into(),
                 REQUEST_TIMEOUT,
-                self.context.client.request(
-                    self.context.names.attachments_sign_subject(),
-                    payload.into(),
-                ),
             )
-            .await??;
+            .await?;
             let SignReply::V1 { urls, .. } = serde_json::from_slice(&reply.payload)?;
             anyhow::Ok(urls)
         };
@@ -662,20 +660,6 @@ fn secs(duration: Duration) -> String {
         format!("{secs:.0} s")
     } else {
         format!("{secs} s")
-    }
-}
-
-/// Writes trace context into HTTP headers.
-struct HttpInjector<'a>(&'a mut HeaderMap);
-
-impl opentelemetry::propagation::Injector for HttpInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            reqwest::header::HeaderName::from_bytes(key.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
-        }
     }
 }
 

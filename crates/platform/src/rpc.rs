@@ -1,0 +1,91 @@
+//! NATS request/reply that keeps one trace across services.
+//!
+//! [`request`] is the caller's side: it sends the request in a client span and puts that span's
+//! W3C trace context (`traceparent`) into the request's headers. [`adopt`] is the responder's
+//! side: it makes the span that handles a request a child of the caller's. So a run's trace
+//! goes on through every hop (runs -> attachments, worker -> history, ...) instead of starting
+//! over at each responder. Retries stay with the callers: each attempt is one [`request`], one
+//! client span.
+
+use std::time::Duration;
+
+use async_nats::client::RequestErrorKind;
+use async_nats::{HeaderMap, Message};
+use bytes::Bytes;
+use tracing::Instrument as _;
+
+use crate::nats::HeaderInjector;
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// Nothing listens on the subject (no replica of the responder is up).
+    #[error("no service answers {subject}")]
+    NoResponders {
+        /// The request's subject.
+        subject: String,
+    },
+    /// The responder did not answer within the timeout.
+    #[error("{subject} did not answer within {timeout:?}")]
+    TimedOut {
+        /// The request's subject.
+        subject: String,
+        /// How long the caller waited.
+        timeout: Duration,
+    },
+    /// The request could not be sent or its answer not received.
+    #[error("request on {subject} failed: {source}")]
+    Failed {
+        /// The request's subject.
+        subject: String,
+        /// What NATS said.
+        source: async_nats::RequestError,
+    },
+}
+
+/// Sends `payload` on `subject` and waits at most `timeout` for the answer, in a client span
+/// (`otel.name` `request <subject>`) whose trace context travels in the request's headers.
+pub async fn request(
+    client: &async_nats::Client,
+    subject: String,
+    payload: Bytes,
+    timeout: Duration,
+) -> Result<Message, RpcError> {
+    let span = tracing::info_span!(
+        "platform.rpc.request",
+        otel.name = %format!("request {subject}"),
+        otel.kind = "client",
+        messaging.system = "nats",
+        messaging.destination.name = %subject,
+    );
+    async move {
+        let mut headers = HeaderMap::new();
+        crate::telemetry::inject_current(&mut HeaderInjector(&mut headers));
+        let request = async_nats::Request::new()
+            .payload(payload)
+            .headers(headers)
+            .timeout(Some(timeout));
+        // The whole call is bounded, sending included, as a `tokio::time::timeout` around
+        // `Client::request` was before this helper.
+        match tokio::time::timeout(timeout, client.send_request(subject.clone(), request)).await {
+            Ok(Ok(message)) => Ok(message),
+            Err(_) => Err(RpcError::TimedOut { subject, timeout }),
+            Ok(Err(err)) => Err(match err.kind() {
+                RequestErrorKind::TimedOut => RpcError::TimedOut { subject, timeout },
+                RequestErrorKind::NoResponders => RpcError::NoResponders { subject },
+                _ => RpcError::Failed {
+                    subject,
+                    source: err,
+                },
+            }),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Makes `span`, the responder's span for `message`, a child of the caller's span (the trace
+/// context in the request's headers); a request without one leaves `span` a root.
+pub fn adopt(span: &tracing::Span, message: &Message) {
+    crate::telemetry::adopt_message_parent(span, message);
+}
