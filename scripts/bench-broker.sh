@@ -77,7 +77,7 @@ accept_rate() { # label: the runs service against this stream, 10 s of wrk, req/
   (
     set -a; source <(service_env); set +a
     export SB_NATS_URL="$URL" SB_NATS_PREFIX="$PREFIX" SB_RUNS_ADDR="127.0.0.1:$port" \
-      SB_RUNS_RATE_PER_MINUTE=100000000 SB_RUNS_OWNER_BYTES_PER_DAY=1099511627776 SB_RUNS_RATE_BURST=100000000 RUST_LOG=warn
+      SB_RUNS_RATE_PER_MINUTE=100000000 SB_RUNS_OWNER_BYTES_PER_DAY=1099511627776 SB_RUNS_MAX_ACTIVE_PER_OWNER=0 SB_RUNS_RATE_BURST=100000000 RUST_LOG=warn
     exec "$BIN/switchboard-runs"
   ) >>"$OUT/runs.log" 2>&1 &
   pid=$!

@@ -98,7 +98,7 @@ start_runs() {
   (
     set -a; source "$OUT/runs.env"; set +a
     # One benchmark owner holds every stream: lift the per-owner stream cap.
-    export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 SB_RUNS_OWNER_BYTES_PER_DAY=1099511627776 \
+    export SB_RUNS_ADDR="127.0.0.1:$RUNS_PORT" SB_RUNS_RATE_PER_MINUTE=100000000 SB_RUNS_OWNER_BYTES_PER_DAY=1099511627776 SB_RUNS_MAX_ACTIVE_PER_OWNER=0 \
       SB_RUNS_RATE_BURST=100000000 SB_RUNS_MAX_STREAMS_PER_OWNER=1000000 RUST_LOG=warn
     exec ${BENCH_RUNS_WRAPPER:-} "$BIN/switchboard-runs"
   ) >"$OUT/$1.log" 2>&1 &

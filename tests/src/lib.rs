@@ -88,6 +88,18 @@ pub struct Options {
     /// Tokens each owner's runs may use per day and month across the runs replicas
     /// (`SB_RUNS_OWNER_TOKENS_PER_DAY`, ...; unbounded by default).
     pub token_budgets: platform::tokens::TokenBudgets,
+    /// Runs one owner may have queued or running across the runs replicas
+    /// (`SB_RUNS_MAX_ACTIVE_PER_OWNER`; 10,000, the most, by default here, so no other test meets
+    /// it).
+    pub max_active_per_owner: u32,
+    /// Prompts one owner may have waiting across the workers
+    /// (`SB_WORKER_MAX_PENDING_PROMPTS_PER_OWNER`; 10,000, the most, by default here).
+    pub max_pending_prompts_per_owner: usize,
+    /// How long run events are kept (`SB_NATS_EVENTS_MAX_AGE_SECS`; the duplicate window is cut
+    /// to it too); the default when `None`.
+    pub events_max_age: Option<Duration>,
+    /// How often history deletes ended runs from the RUNS stream (`SB_HISTORY_RUNS_SWEEP_SECS`).
+    pub history_runs_sweep: Duration,
 }
 
 impl Default for Options {
@@ -116,6 +128,10 @@ impl Default for Options {
             runs_owner_bytes_per_day: 1 << 40,
             worker_event_bytes_per_day: 1 << 40,
             token_budgets: platform::tokens::TokenBudgets::default(),
+            max_active_per_owner: 10_000,
+            max_pending_prompts_per_owner: 10_000,
+            events_max_age: None,
+            history_runs_sweep: Duration::from_secs(60),
         }
     }
 }
@@ -140,6 +156,7 @@ pub struct TestPlatform {
     /// The runs service's budget of bytes per owner per day, for more replicas of it.
     runs_owner_bytes_per_day: u64,
     token_budgets: platform::tokens::TokenBudgets,
+    max_active_per_owner: u32,
     /// The worker's settings, for more replicas of it.
     worker_config: worker::Config,
 }
@@ -167,6 +184,12 @@ impl TestPlatform {
 
     /// Like [`TestPlatform::spawn`], with other settings.
     pub async fn spawn_with(options: Options) -> anyhow::Result<Self> {
+        // On the heap: the services' builders make a large future, and a test that awaits it
+        // beside its own work overflowed a debug build's test thread.
+        Box::pin(Self::build(options)).await
+    }
+
+    async fn build(options: Options) -> anyhow::Result<Self> {
         // Spans and trace ids as in the binaries (the WebSocket's trace message carries one).
         static TELEMETRY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
         TELEMETRY.get_or_init(|| {
@@ -183,6 +206,10 @@ impl TestPlatform {
         let mut nats = infra.fresh_nats();
         if let Some(bytes) = options.kv_max_bytes {
             nats.limits.kv_max_bytes = bytes;
+        }
+        if let Some(age) = options.events_max_age {
+            nats.limits.events_max_age = age;
+            nats.limits.runs_dedup_window = nats.limits.runs_dedup_window.min(age);
         }
         let history_db = infra.fresh_database().await?;
         let attachments_db = infra.fresh_database().await?;
@@ -217,6 +244,7 @@ impl TestPlatform {
             max_streams_per_owner: options.max_streams_per_owner,
             owner_bytes_per_day: options.runs_owner_bytes_per_day,
             token_budgets: options.token_budgets.clone(),
+            max_active_per_owner: options.max_active_per_owner,
             lookup_rate: GENEROUS_LOOKUPS,
         })
         .await?;
@@ -226,6 +254,7 @@ impl TestPlatform {
             nats: nats.clone(),
             database_url: history_db.clone(),
             migrate_on_start: true,
+            runs_sweep: options.history_runs_sweep,
         })
         .await?;
         let worker_config = worker::Config {
@@ -242,6 +271,7 @@ impl TestPlatform {
             agents_file: options.agents_file.clone(),
             test_agents: options.worker_test_agents,
             owner_event_bytes_per_day: options.worker_event_bytes_per_day,
+            max_pending_prompts_per_owner: options.max_pending_prompts_per_owner,
         };
         let worker = worker::Application::build(worker_config.clone()).await?;
         let url = |port: u16| format!("http://127.0.0.1:{port}");
@@ -267,6 +297,7 @@ impl TestPlatform {
             worker_config,
             runs_owner_bytes_per_day: options.runs_owner_bytes_per_day,
             token_budgets: options.token_budgets.clone(),
+            max_active_per_owner: options.max_active_per_owner,
         })
     }
 }
@@ -285,6 +316,7 @@ impl TestPlatform {
             max_streams_per_owner: 100,
             owner_bytes_per_day: self.runs_owner_bytes_per_day,
             token_budgets: self.token_budgets.clone(),
+            max_active_per_owner: self.max_active_per_owner,
             lookup_rate: GENEROUS_LOOKUPS,
         })
         .await?;
@@ -758,6 +790,8 @@ pub fn binary_env(
         // Tests poll run status often; the lookup limit has its own test.
         ("SB_RUNS_LOOKUP_RATE_PER_MINUTE", "1000000"),
         ("SB_RUNS_LOOKUP_RATE_BURST", "1000000"),
+        // Load tests keep many runs of one owner queued; the limit has its own test.
+        ("SB_RUNS_MAX_ACTIVE_PER_OWNER", "10000"),
     ];
     pairs
         .iter()

@@ -328,3 +328,155 @@ async fn an_owners_runs_that_pass_their_event_bytes_of_the_day_end_with_quota_ex
     assert_eq!(status, 200);
     assert_eq!(record["status"], "failed", "{record}");
 }
+
+/// A run of the echo agent that streams a word every 200 ms for minutes: active until cancelled.
+fn long_run(run: &str) -> Value {
+    let words: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
+    text_run(
+        &uuid::Uuid::new_v4().to_string(),
+        run,
+        &format!("/slow {}", words.join(" ")),
+    )
+}
+
+#[tokio::test]
+async fn an_owners_runs_queued_or_running_are_capped_across_runs_replicas_until_one_ends() {
+    let platform = TestPlatform::spawn_with(Options {
+        max_active_per_owner: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (second, _stop) = platform.spawn_runs_replica().await.unwrap();
+    let replicas = [platform.urls.runs.clone(), second];
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+
+    // Two long runs, one through each replica: both accepted.
+    for (n, runs) in replicas.iter().enumerate() {
+        let (status, _, body) =
+            post(&platform.http, runs, &alice, &long_run(&format!("a{n}"))).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    // A third is refused by either replica, naming the limit; bob is not limited by alice's.
+    for runs in &replicas {
+        let (status, retry, body) = post(&platform.http, runs, &alice, &long_run("a2")).await;
+        assert_eq!((status, retry.as_deref()), (429, Some("10")), "{body}");
+        assert_eq!(body["error"]["code"], "rate_limited");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("2 runs queued or running")
+                && message.contains("SB_RUNS_MAX_ACTIVE_PER_OWNER"),
+            "{message}"
+        );
+    }
+    let (status, _, body) = post(&platform.http, &replicas[1], &bob, &long_run("b0")).await;
+    assert_eq!(status, 202, "{body}");
+    // The refused run was not kept.
+    let (status, _) = platform
+        .api()
+        .get_runs(&alice, "/api/v1/agent/runs/a2")
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+
+    // One of hers ends (cancelled): the next is accepted, then she is at the limit again.
+    let (status, _) = platform.api().cancel_run(&alice, "a0").await.unwrap();
+    assert_eq!(status, 202);
+    platform
+        .api()
+        .wait_for_status(&alice, "a0", "cancelled")
+        .await
+        .unwrap();
+    let (status, _, body) = post(&platform.http, &replicas[1], &alice, &long_run("a3")).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, _, _) = post(&platform.http, &replicas[0], &alice, &long_run("a4")).await;
+    assert_eq!(status, 429);
+
+    for (token, run) in [(&alice, "a1"), (&alice, "a3"), (&bob, "b0")] {
+        platform.api().cancel_run(token, run).await.unwrap();
+        platform
+            .api()
+            .wait_for_status(token, run, "cancelled")
+            .await
+            .unwrap();
+    }
+}
+
+/// `token`'s run `run` on `thread` of the echo agent's `/ask`: its events, to its end.
+async fn ask(platform: &TestPlatform, token: &str, thread: &str, run: &str) -> Vec<Value> {
+    platform
+        .api()
+        .stream_run(token, &text_run(thread, run, "/ask text:120 Why so?"))
+        .await
+        .unwrap()
+}
+
+fn interrupt_id(events: &[Value]) -> String {
+    let last = events.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["outcome"]["type"]),
+        (&json!("RUN_FINISHED"), &json!("interrupt")),
+        "{last}"
+    );
+    last["outcome"]["interrupts"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn an_owners_prompts_waiting_for_an_answer_are_capped_and_an_answer_makes_room() {
+    let platform = TestPlatform::spawn_with(Options {
+        max_pending_prompts_per_owner: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let threads: Vec<String> = (0..3).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+
+    // Two questions wait for alice; a third run that asks fails, naming the limit.
+    let first = interrupt_id(&ask(&platform, &alice, &threads[0], "ask0").await);
+    interrupt_id(&ask(&platform, &alice, &threads[1], "ask1").await);
+    let refused = ask(&platform, &alice, &threads[2], "ask2").await;
+    let last = refused.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("RUN_ERROR"), &json!("quota_exceeded")),
+        "{last}"
+    );
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("2 questions")
+            && message.contains("SB_WORKER_MAX_PENDING_PROMPTS_PER_OWNER"),
+        "{message}"
+    );
+    // Bob is asked as usual.
+    interrupt_id(&ask(&platform, &bob, &threads[0], "bob0").await);
+
+    // Alice answers her first question: the continuation runs, and she may be asked again.
+    let mut answer = text_run(&threads[0], "answer0", "");
+    answer["messages"] = text_run(&threads[0], "ask0", "/ask text:120 Why so?")["messages"].clone();
+    answer["resume"] = json!([{"interruptId": first, "status": "resolved", "payload": "because"}]);
+    let response = platform
+        .http
+        .post(format!("{}/api/v1/agent/ag-ui", platform.urls.runs))
+        .bearer_auth(&alice)
+        .json(&answer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let continued: Vec<Value> = read_sse(response, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|frame| frame.data)
+        .collect();
+    assert_eq!(
+        continued.last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{continued:?}"
+    );
+    interrupt_id(&ask(&platform, &alice, &threads[2], "ask3").await);
+}

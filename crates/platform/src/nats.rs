@@ -71,6 +71,18 @@ impl Default for StreamLimits {
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// Connects to NATS and returns the client and its JetStream context.
+/// Counts this process's NATS reconnections (every client's): what was published on core NATS
+/// while a client was cut off never reaches it, so a reader that waits for live messages reads
+/// the stream again when this changes.
+static RECONNECTIONS: std::sync::LazyLock<tokio::sync::watch::Sender<u64>> =
+    std::sync::LazyLock::new(|| tokio::sync::watch::Sender::new(0));
+
+/// Changes each time one of this process's NATS clients connects again after losing its
+/// connection.
+pub fn reconnections() -> tokio::sync::watch::Receiver<u64> {
+    RECONNECTIONS.subscribe()
+}
+
 pub async fn connect(
     config: &NatsConfig,
     name: &str,
@@ -83,7 +95,17 @@ pub async fn connect(
         .name(name)
         .custom_inbox_prefix(crate::nats_auth::inbox_prefix(name))
         .retry_on_initial_connect()
-        .connection_timeout(Duration::from_secs(5));
+        .connection_timeout(Duration::from_secs(5))
+        .event_callback(|event| async move {
+            match event {
+                async_nats::Event::Connected => {
+                    RECONNECTIONS.send_modify(|n| *n += 1);
+                    tracing::info!("NATS connected again");
+                }
+                async_nats::Event::Disconnected => tracing::warn!("NATS connection lost"),
+                _ => {}
+            }
+        });
     if let Some(path) = &credentials.creds_file {
         options = options
             .credentials_file(path)
@@ -345,6 +367,28 @@ pub struct RunBuckets {
     /// The tokens each owner's runs used per day and month (`tokens.<digest>.d<day>`,
     /// `tokens.<digest>.m<month>`): the worker charges, runs checks the token budgets.
     pub owner_tokens: JsonKv,
+}
+
+/// Whether `err` (or what caused it) is JetStream refusing a write for its expected last
+/// sequence: another writer got there first.
+fn lost_a_write_race(err: &(dyn std::error::Error + 'static)) -> bool {
+    use jetstream::ErrorCode;
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if let Some(js) = err.downcast_ref::<jetstream::Error>()
+            && matches!(
+                js.error_code(),
+                ErrorCode::STREAM_WRONG_LAST_SEQUENCE
+                    | ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT
+            )
+        {
+            return true;
+        }
+        cause = err.source();
+    }
+    // The client keeps some JetStream refusals only as text.
+    let text = format!("{err:#}");
+    text.contains("error code 10071") || text.contains("error code 10164")
 }
 
 /// How long an owner's budget record of a day is kept (the day, and one more for clocks).
@@ -716,6 +760,10 @@ impl JsonKv {
         {
             Ok(revision) => Ok(Created::Created(revision)),
             Err(err) if err.kind() == CreateErrorKind::AlreadyExists => Ok(Created::Exists),
+            // Two replicas creating one key at once on a cluster: the loser's write is refused
+            // for its expected sequence (10164 on nats-server 2.11, which the client does not
+            // take for "exists"), and the read that follows may not see the winner's yet.
+            Err(err) if lost_a_write_race(&err) => Ok(Created::Exists),
             Err(err) => Err(err.into()),
         }
     }
@@ -743,6 +791,8 @@ impl JsonKv {
         {
             Ok(revision) => Ok(Some(revision)),
             Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => Ok(None),
+            // The same on a cluster, said differently (see `lost_a_write_race`).
+            Err(err) if lost_a_write_race(&err) => Ok(None),
             Err(err) => Err(err.into()),
         }
     }

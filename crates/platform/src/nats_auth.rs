@@ -170,7 +170,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             responds: true,
         },
         // Accepts runs, cancels them, follows their events, admits files, waits for history,
-        // reads a thread's messages for a client joining it.
+        // reads a thread's messages for a client joining it, renames threads.
         "runs" => Permissions {
             publish: [
                 names.runs_subjects(),
@@ -180,6 +180,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.history_progress_subject(),
                 names.history_run_lookup_subject(),
                 names.history_thread_messages_subject(),
+                names.history_thread_rename_subject(),
             ]
             .into_iter()
             .chain(streams())
@@ -188,18 +189,23 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             subscribe: vec![inbox, names.run_events_live_subjects()],
             responds: false,
         },
-        // Consumes runs and events into PostgreSQL, signs download links, says how far it is
-        // and finds runs by id.
+        // Consumes runs and events into PostgreSQL, signs download links, says how far it is,
+        // finds runs by id and renames threads.
         "history" => Permissions {
-            publish: [names.attachments_sign_subject()]
-                .into_iter()
-                .chain(streams())
-                .collect(),
+            // Deletes ended runs' tasks from RUNS (retention that follows consumption).
+            publish: [
+                names.attachments_sign_subject(),
+                format!("$JS.API.STREAM.MSG.DELETE.{}", names.runs_stream()),
+            ]
+            .into_iter()
+            .chain(streams())
+            .collect(),
             subscribe: vec![
                 inbox,
                 names.history_progress_subject(),
                 names.history_run_lookup_subject(),
                 names.history_thread_messages_subject(),
+                names.history_thread_rename_subject(),
             ],
             responds: true,
         },
@@ -344,6 +350,7 @@ mod tests {
         );
         assert_eq!(callers(&names.history_progress_subject()), ["runs"]);
         assert_eq!(callers(&names.history_run_lookup_subject()), ["runs"]);
+        assert_eq!(callers(&names.history_thread_rename_subject()), ["runs"]);
         assert_eq!(
             callers(&names.history_thread_messages_subject()),
             ["runs", "worker"]
@@ -376,6 +383,19 @@ mod tests {
             assert!(!allowed(
                 &p.publish,
                 &format!("$JS.API.STREAM.PURGE.{}", names.runs_stream())
+            ));
+            // Only history deletes single messages, and only of RUNS (ended runs' tasks).
+            assert_eq!(
+                allowed(
+                    &p.publish,
+                    &format!("$JS.API.STREAM.MSG.DELETE.{}", names.runs_stream())
+                ),
+                service == "history",
+                "{service}"
+            );
+            assert!(!allowed(
+                &p.publish,
+                &format!("$JS.API.STREAM.MSG.DELETE.{}", names.run_events_stream())
             ));
         }
         assert!(permissions(&names, "gateway").is_none());

@@ -18,6 +18,7 @@ pub mod messaging;
 pub mod metadata;
 pub mod run_input;
 pub mod sse;
+pub mod threads;
 pub mod tools;
 pub mod ui_schema;
 pub mod usage;

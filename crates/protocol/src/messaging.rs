@@ -153,6 +153,12 @@ impl Names {
         format!("{}.history.thread-messages", self.prefix)
     }
 
+    /// Request/reply subject on which history renames an owner's thread (the runs service
+    /// serves `PATCH /api/v1/agent/threads/{threadId}`).
+    pub fn history_thread_rename_subject(&self) -> String {
+        format!("{}.history.thread-rename", self.prefix)
+    }
+
     fn bucket(&self, name: &str) -> String {
         format!(
             "{}_{name}",

@@ -8,10 +8,13 @@ mod ingest;
 mod lookup;
 mod progress;
 mod respond;
+mod retention;
 mod routes;
+mod search;
 mod sign;
 mod store;
 mod thread_messages;
+mod thread_rename;
 mod usage;
 
 use std::net::SocketAddr;
@@ -45,6 +48,9 @@ pub struct Config {
     /// Applies missing migrations at start (`SB_DB_MIGRATE`, default true); when false, only
     /// checks the schema has them (the `migrate` subcommand, run as a Job, applied them).
     pub migrate_on_start: bool,
+    /// How often ended runs are deleted from the RUNS stream (`SB_HISTORY_RUNS_SWEEP_SECS`,
+    /// default 60; see `retention`).
+    pub runs_sweep: std::time::Duration,
 }
 
 impl Config {
@@ -56,6 +62,9 @@ impl Config {
             nats: env.nats()?,
             database_url: env.secret("SB_HISTORY_DATABASE_URL")?,
             migrate_on_start: env.or("SB_DB_MIGRATE", true)?,
+            runs_sweep: std::time::Duration::from_secs(
+                env.positive("SB_HISTORY_RUNS_SWEEP_SECS", 60)?.into(),
+            ),
         })
     }
 }
@@ -83,6 +92,10 @@ pub struct Application {
     /// The RUN_EVENTS stream (the thread-messages endpoint compares runs' last events with
     /// what history wrote).
     events: async_nats::jetstream::stream::Stream,
+    /// The RUNS stream, and how long after their end and how often runs leave it.
+    runs: async_nats::jetstream::stream::Stream,
+    runs_keep: std::time::Duration,
+    runs_sweep: std::time::Duration,
     client: async_nats::Client,
     names: protocol::messaging::Names,
     pool: PgPool,
@@ -119,6 +132,10 @@ impl platform::service::Service for Application {
         let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));
         platform::nats::ensure_streams(&js, &config.nats).await?;
         let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
+        let runs = js
+            .get_stream(config.nats.names.runs_stream())
+            .await
+            .context("runs stream missing")?;
         let events = js
             .get_stream(config.nats.names.run_events_stream())
             .await
@@ -140,6 +157,9 @@ impl platform::service::Service for Application {
             router,
             ingest,
             events,
+            runs,
+            runs_keep: retention::keep_after_end(&config.nats.limits),
+            runs_sweep: config.runs_sweep,
             client,
             names: config.nats.names.clone(),
             pool,
@@ -155,6 +175,15 @@ impl platform::service::Service for Application {
     /// Serves and consumes until `shutdown` is cancelled.
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let http = platform::http::serve(self.listener, self.router, shutdown.clone());
+        // Ended runs leave the RUNS stream; it stops with `shutdown` (a failed sweep is logged
+        // and tried again at the next tick).
+        tokio::spawn(retention::run(
+            self.pool.clone(),
+            self.runs,
+            self.runs_keep,
+            self.runs_sweep,
+            shutdown.clone(),
+        ));
         let lookup = lookup::serve(
             self.client.clone(),
             self.names.clone(),
@@ -173,18 +202,26 @@ impl platform::service::Service for Application {
             self.signer,
             shutdown.clone(),
         );
+        let thread_rename = thread_rename::serve(
+            self.client.clone(),
+            self.names.clone(),
+            self.pool.clone(),
+            shutdown.clone(),
+        );
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
-        let (http, ingested, progress, lookup, thread_messages) = tokio::join!(
+        let (http, ingested, progress, lookup, thread_messages, thread_rename) = tokio::join!(
             http,
             self.ingest.run(shutdown),
             progress,
             lookup,
-            thread_messages
+            thread_messages,
+            thread_rename
         );
         http.context("history HTTP server failed")?;
         progress.context("history progress endpoint failed")?;
         lookup.context("history run lookup endpoint failed")?;
         thread_messages.context("history thread messages endpoint failed")?;
+        thread_rename.context("history thread rename endpoint failed")?;
         ingested
     }
 }

@@ -17,11 +17,13 @@ use protocol::history::{
     SessionHistoryResponse, SessionMessage,
 };
 use protocol::metadata::{AttachedFile, UserMessageAttachments};
+use protocol::threads::ThreadSummary;
 use protocol::ui_schema::compile_stored;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::search::{self, SearchQuery};
 use crate::store::{self, Role};
 
 /// Longest thread id accepted in a query.
@@ -108,6 +110,9 @@ pub(crate) enum ApiError {
     /// 400: `cursor` is not one this endpoint returned.
     #[error("cursor is not one this endpoint returned")]
     BadCursor,
+    /// 400: `q` is empty, too long or has nothing to look for.
+    #[error(transparent)]
+    BadSearch(#[from] search::QueryError),
     /// 404: the caller has no thread with this id.
     #[error("thread not found")]
     ThreadNotFound,
@@ -138,6 +143,7 @@ impl IntoResponse for ApiError {
             ApiError::BadThreadId(field) => field,
             ApiError::BadLimit(_) => "limit",
             ApiError::BadCursor => "cursor",
+            ApiError::BadSearch(_) => "q",
             ApiError::ThreadNotFound => return ErrorResponse::not_found("thread").into_response(),
             ApiError::Internal(err) => return ErrorResponse::internal(err).into_response(),
         };
@@ -768,18 +774,38 @@ fn to_session_message(row: store::MessageRow) -> SessionMessage {
 struct ThreadsQuery {
     cursor: Option<String>,
     limit: Option<String>,
+    q: Option<String>,
 }
 
 /// Most threads in one page, and the default.
 const MAX_THREADS_PAGE: i64 = 100;
 const DEFAULT_THREADS_PAGE: i64 = 20;
+/// Most threads in one page of a search, and the default.
+const MAX_SEARCH_PAGE: i64 = 50;
+const DEFAULT_SEARCH_PAGE: i64 = 20;
 
-/// `GET /api/v1/agent/threads?cursor=&limit=`: the caller's threads, most recent first.
+/// A thread as the list shows it (and the rename answers it).
+pub(crate) fn summary(row: store::ThreadRow) -> ThreadSummary {
+    ThreadSummary {
+        thread_id: row.thread_id,
+        title: row.title,
+        message_count: row.last_seq,
+        created_at: timestamp(row.created_at),
+        updated_at: timestamp(row.updated_at),
+    }
+}
+
+/// `GET /api/v1/agent/threads?cursor=&limit=`: the caller's threads, most recent first, each
+/// with its title. With `q`, a search instead ([`search_threads`]).
 async fn threads(
     State(state): State<AppState>,
     owner: Owner,
-    Query(query): Query<ThreadsQuery>,
+    params: QueryResult<ThreadsQuery>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let query = query(params)?;
+    if let Some(q) = &query.q {
+        return search_threads(&state, &owner, q, &query).await;
+    }
     let limit = parse_limit(
         query.limit.as_deref(),
         DEFAULT_THREADS_PAGE,
@@ -799,20 +825,73 @@ async fn threads(
                 .map(|r| encode_cursor(r.updated_at, &r.thread_id))
         })
         .flatten();
-    let threads: Vec<serde_json::Value> = rows
+    let threads: Vec<ThreadSummary> = rows.into_iter().map(summary).collect();
+    Ok(axum::Json(
+        serde_json::json!({"threads": threads, "nextCursor": next}),
+    ))
+}
+
+/// `GET /api/v1/agent/threads?q=&limit=&cursor=`: the caller's threads with a message that
+/// matches `q` (see [`crate::search`]), best first, each with its best message: its id, its
+/// day (UTC, `YYYY-MM-DD`) and a snippet (HTML-escaped, matches in `<mark>`).
+async fn search_threads(
+    state: &AppState,
+    owner: &Owner,
+    q: &str,
+    query: &ThreadsQuery,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let search = SearchQuery::parse(q).map_err(ApiError::BadSearch)?;
+    let limit = parse_limit(query.limit.as_deref(), DEFAULT_SEARCH_PAGE, MAX_SEARCH_PAGE)?;
+    let offset = query
+        .cursor
+        .as_deref()
+        .map(|raw| decode_search_cursor(raw, &search).ok_or(ApiError::BadCursor))
+        .transpose()?
+        .unwrap_or(0);
+    let terms = store::SearchTerms {
+        words: &search.words,
+        loose: &search.loose,
+        phrase: &search.phrase,
+    };
+    let pool = &state.pool;
+    let mut hits = if search.has_trigram() {
+        store::search_threads(pool, owner.as_str(), terms, limit + 1, offset).await?
+    } else {
+        store::search_threads_short(pool, owner.as_str(), terms, limit + 1, offset).await?
+    };
+    let more = hits.len() as i64 > limit && offset + limit < search::MAX_OFFSET;
+    hits.truncate(usize::try_from(limit).unwrap_or_default());
+    let next = more.then(|| encode_search_cursor(offset + limit, &search));
+    let threads: Vec<serde_json::Value> = hits
         .into_iter()
-        .map(|r| {
+        .map(|hit| {
             serde_json::json!({
-                "threadId": r.thread_id,
-                "messageCount": r.last_seq,
-                "createdAt": timestamp(r.created_at),
-                "updatedAt": timestamp(r.updated_at),
+                "threadId": hit.thread_id,
+                "title": hit.title,
+                "updatedAt": timestamp(hit.updated_at),
+                "messageId": hit.message_id,
+                "day": hit.created_at.date_naive().format("%Y-%m-%d").to_string(),
+                "snippet": search::snippet(&hit.text, &search),
             })
         })
         .collect();
     Ok(axum::Json(
         serde_json::json!({"threads": threads, "nextCursor": next}),
     ))
+}
+
+/// An opaque search cursor: how many results the next page skips, for this query only.
+fn encode_search_cursor(offset: i64, search: &SearchQuery) -> String {
+    hex::encode(serde_json::json!(["q", search.fingerprint(), offset]).to_string())
+}
+
+fn decode_search_cursor(raw: &str, search: &SearchQuery) -> Option<i64> {
+    let bytes = hex::decode(raw).ok()?;
+    let (tag, fingerprint, offset): (String, String, i64) = serde_json::from_slice(&bytes).ok()?;
+    (tag == "q"
+        && fingerprint == search.fingerprint()
+        && (0..=search::MAX_OFFSET).contains(&offset))
+    .then_some(offset)
 }
 
 /// An opaque cursor: the position of the last thread of a page.
@@ -881,6 +960,28 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_search_cursor_continues_its_own_query_only() {
+        let search = SearchQuery::parse("北京 weather").unwrap();
+        let cursor = encode_search_cursor(40, &search);
+        assert_eq!(decode_search_cursor(&cursor, &search), Some(40));
+        let other = SearchQuery::parse("weather").unwrap();
+        assert_eq!(
+            decode_search_cursor(&cursor, &other),
+            None,
+            "another query's"
+        );
+        let list = encode_cursor(chrono::Utc::now(), "t-1");
+        assert_eq!(decode_search_cursor(&list, &search), None, "the list's");
+        let deep = encode_search_cursor(search::MAX_OFFSET + 1, &search);
+        assert_eq!(
+            decode_search_cursor(&deep, &search),
+            None,
+            "past the deepest page"
+        );
+        assert_eq!(decode_search_cursor("zz", &search), None);
+    }
+
     #[tokio::test]
     async fn each_refusal_names_its_parameter_and_says_its_rule() {
         let cases = [
@@ -913,6 +1014,11 @@ mod tests {
                 ApiError::BadCursor,
                 "cursor",
                 "cursor is not one this endpoint returned",
+            ),
+            (
+                ApiError::BadSearch(search::QueryError::TooLong),
+                "q",
+                "q must be at most 256 characters",
             ),
         ];
         for (err, field, message) in cases {

@@ -51,6 +51,7 @@ impl TestHistory {
             nats: nats.clone(),
             database_url: infra.fresh_database().await?,
             migrate_on_start: true,
+            runs_sweep: std::time::Duration::from_secs(60),
         })
         .await?;
         let shutdown = CancellationToken::new();

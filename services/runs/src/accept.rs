@@ -54,6 +54,10 @@ pub(crate) enum AcceptError {
     /// The owner's bytes of runs for the day are spent (`SB_RUNS_OWNER_BYTES_PER_DAY`, 403).
     #[error("the owner's bytes of runs per day are spent")]
     OverBudget(crate::budget::Exhausted),
+    /// The owner has the most runs queued or running it may (`SB_RUNS_MAX_ACTIVE_PER_OWNER`,
+    /// 429).
+    #[error("the owner has {} runs queued or running", .0.max)]
+    TooManyActive(platform::owner_set::Full),
     /// NATS did not answer or acknowledge (503).
     #[error("NATS unavailable: {0:#}")]
     Unavailable(#[from] anyhow::Error),
@@ -67,6 +71,9 @@ pub(crate) struct Acceptor {
     buckets: RunBuckets,
     policy: ActiveRunPolicy,
     budget: std::sync::Arc<platform::budget::DailyBudget>,
+    /// Each owner's runs queued or running, and how many may be.
+    active: platform::owner_set::OwnerSet,
+    max_active: usize,
 }
 
 impl Acceptor {
@@ -77,7 +84,9 @@ impl Acceptor {
         buckets: RunBuckets,
         policy: ActiveRunPolicy,
         budget: std::sync::Arc<platform::budget::DailyBudget>,
+        max_active: usize,
     ) -> Self {
+        let active = platform::owner_set::OwnerSet::active_runs(buckets.owner_budgets.clone());
         Self {
             js,
             runs,
@@ -85,6 +94,25 @@ impl Acceptor {
             buckets,
             policy,
             budget,
+            active,
+            max_active,
+        }
+    }
+
+    /// Takes back what a run that was not stored after all (or was a retry of a stored one)
+    /// took: its bytes of the day and its place among the owner's active runs.
+    async fn undo(&self, task: &RunTaskV1, bytes: u64) {
+        self.budget.refund(&task.owner, bytes, task.accepted_at);
+        if self.max_active == 0 {
+            return;
+        }
+        if let Err(err) = self
+            .active
+            .leave(&task.owner, &task.task_id.to_string())
+            .await
+        {
+            // Counted until it is stale (a day): the owner may start one run fewer meanwhile.
+            tracing::warn!(task.id = %task.task_id, error = format!("{err:#}"), "active run not taken back");
         }
     }
 
@@ -119,19 +147,43 @@ impl Acceptor {
         if let Err(exhausted) = self.budget.spend(owner, bytes, task.accepted_at).await? {
             return Err(AcceptError::OverBudget(exhausted));
         }
-        let refund = || self.budget.refund(owner, bytes, task.accepted_at);
+        // One of the owner's active runs from now until its worker writes its end (unless
+        // they are not counted: `SB_RUNS_MAX_ACTIVE_PER_OWNER=0`).
+        let entered = if self.max_active == 0 {
+            Ok(Ok(()))
+        } else {
+            self.active
+                .enter(
+                    owner,
+                    &task.task_id.to_string(),
+                    task.accepted_at,
+                    self.max_active,
+                )
+                .await
+        };
+        match entered {
+            Ok(Ok(())) => {}
+            Ok(Err(full)) => {
+                self.budget.refund(owner, bytes, task.accepted_at);
+                return Err(AcceptError::TooManyActive(full));
+            }
+            Err(err) => {
+                self.budget.refund(owner, bytes, task.accepted_at);
+                return Err(err.into());
+            }
+        }
         let reject = self.policy == ActiveRunPolicy::Reject;
         if reject {
             // A retry of the holder's own run is not "busy": JetStream recognises it below.
             let claim = match self.buckets.claim_thread(&task, false).await {
                 Ok(claim) => claim,
                 Err(err) => {
-                    refund();
+                    self.undo(&task, bytes).await;
                     return Err(err.into());
                 }
             };
             if claim == Claim::Busy {
-                refund();
+                self.undo(&task, bytes).await;
                 return Err(AcceptError::ThreadBusy);
             }
         }
@@ -145,7 +197,7 @@ impl Acceptor {
         {
             Ok(published) => published,
             Err(err) => {
-                refund();
+                self.undo(&task, bytes).await;
                 return Err(err.into());
             }
         };
@@ -165,7 +217,7 @@ impl Acceptor {
                 Ok(response(&task))
             }
             Published::Duplicate(seq) => {
-                refund();
+                self.undo(&task, bytes).await;
                 if reject {
                     self.buckets
                         .release_thread(owner, thread_id, task.task_id)

@@ -32,6 +32,18 @@ pub(crate) fn tokens_refusal(over: &platform::tokens::OverBudget) -> String {
     )
 }
 
+/// How long a client is told to wait when it has the most runs queued or running.
+pub(crate) const ACTIVE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The refusal of a run whose owner has the most runs queued or running it may.
+pub(crate) fn active_refusal(full: &platform::owner_set::Full) -> String {
+    format!(
+        "you have {} runs queued or running, the most you may (SB_RUNS_MAX_ACTIVE_PER_OWNER); \
+         start more as they end",
+        full.max
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -219,6 +219,7 @@ impl EventHub {
             last: after,
             pending: first.into_iter().collect(),
             recheck: RECHECK + RECHECK.mul_f64(jitter(task_id, after)),
+            reconnections: platform::nats::reconnections(),
             // An empty log was just read: wait for live events (or the recheck) first.
             read_log: !pending_empty,
             done: false,
@@ -348,6 +349,9 @@ struct Follow {
     recheck: Duration,
     /// Whether the log may hold events the live feed did not bring.
     read_log: bool,
+    /// Changes when this process's NATS connection came back: live events published meanwhile
+    /// never arrive, so the log is read again.
+    reconnections: tokio::sync::watch::Receiver<u64>,
     done: bool,
 }
 
@@ -412,6 +416,7 @@ impl Follow {
                     None => return None,
                 },
                 () = tokio::time::sleep(self.recheck) => self.read_log = true,
+                Ok(()) = self.reconnections.changed() => self.read_log = true,
             }
         }
     }

@@ -13,6 +13,7 @@ mod routes;
 mod start;
 mod status;
 mod thread;
+mod thread_admin;
 mod ws;
 
 pub use accept::ActiveRunPolicy;
@@ -58,6 +59,10 @@ pub struct Config {
     /// `SB_RUNS_OWNER_TOKEN_BUDGETS`, a JSON object of overrides by owner); past one, 429
     /// `budget_exceeded`.
     pub token_budgets: platform::tokens::TokenBudgets,
+    /// Runs one owner may have queued or running at once, across every replica
+    /// (`SB_RUNS_MAX_ACTIVE_PER_OWNER`, default 100, at most 10,000; 0: not counted); one more
+    /// answers 429.
+    pub max_active_per_owner: u32,
 }
 
 impl Config {
@@ -81,6 +86,17 @@ impl Config {
                     });
                 }
                 bytes
+            },
+            max_active_per_owner: {
+                let max: u32 = env.or("SB_RUNS_MAX_ACTIVE_PER_OWNER", 100)?;
+                // The owner's set is one KV record of ~60 bytes a run, under the 1 MiB message.
+                if max > 10_000 {
+                    return Err(ConfigError::Invalid {
+                        name: "SB_RUNS_MAX_ACTIVE_PER_OWNER".to_owned(),
+                        reason: "must be at most 10000 (0: not counted)".to_owned(),
+                    });
+                }
+                max
             },
             token_budgets: platform::tokens::TokenBudgets::new(
                 platform::tokens::TokenLimits {
@@ -128,6 +144,8 @@ pub(crate) struct SharedState {
     pub(crate) events: events::EventHub,
     /// Thread streams: a conversation's runs, live, on every device.
     pub(crate) threads: thread::Threads,
+    /// Renames threads (history keeps them).
+    pub(crate) thread_admin: thread_admin::ThreadAdmin,
     pub(crate) buckets: platform::nats::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
     /// The agents workers registered.
@@ -178,6 +196,7 @@ impl platform::service::Service for Application {
                 config.owner_bytes_per_day,
                 buckets.owner_budgets.clone(),
             )),
+            usize::try_from(config.max_active_per_owner).unwrap_or(usize::MAX),
         ));
         let admission = Arc::new(admit::Admission::new(
             client.clone(),
@@ -189,6 +208,7 @@ impl platform::service::Service for Application {
         let tokens = platform::tokens::TokenLedger::new(buckets.owner_tokens.clone());
         let agents_kv = buckets.agents.clone();
         let thread_client = client.clone();
+        let thread_admin = thread_admin::ThreadAdmin::new(client.clone(), names.clone());
         let thread_runs = runs_stream.clone();
         let runs = Arc::new(status::RunDirectory::new(
             client,
@@ -223,6 +243,7 @@ impl platform::service::Service for Application {
             compatibility: compatibility::CompatibilityChecks::new(),
             events,
             threads,
+            thread_admin,
             buckets: prompt_buckets,
             streams: limit::StreamQuota::new(
                 usize::try_from(config.max_streams_per_owner).unwrap_or(usize::MAX),

@@ -112,6 +112,10 @@ pub(crate) async fn answer(
             .is_some()
         {
             buckets.prompt_deadlines.delete(&key).await?;
+            // No longer one of the owner's pending prompts (see platform::owner_set).
+            platform::owner_set::OwnerSet::pending_prompts(buckets.owner_budgets.clone())
+                .leave(owner, prompt_id)
+                .await?;
             return Ok(resumed(outcome));
         }
         // Someone else closed or changed it meanwhile: look again.

@@ -53,6 +53,10 @@ pub(crate) fn router(state: AppState) -> Router {
             "/api/v1/agent/threads/{thread_id}/events",
             get(thread_events),
         )
+        .route(
+            "/api/v1/agent/threads/{thread_id}",
+            axum::routing::patch(crate::thread_admin::rename_thread),
+        )
         .route("/api/v1/agent/ag-ui", post(ag_ui_run))
         .route("/v2/chat", post(chat))
         .route("/api/v1/agents", get(list_agents))
@@ -83,6 +87,7 @@ pub(crate) enum ApiError {
     /// 403: the owner's bytes of runs for the day are spent.
     OverBudget(crate::budget::Exhausted),
     TokensSpent(platform::tokens::OverBudget),
+    TooManyActive(platform::owner_set::Full),
     /// 404: no such run for this owner.
     NotFound,
     /// 404: no message and no run of this owner on this thread.
@@ -124,6 +129,7 @@ impl From<StartError> for ApiError {
             StartError::ThreadBusy => ApiError::ThreadBusy,
             StartError::OverBudget(exhausted) => ApiError::OverBudget(exhausted),
             StartError::TokensSpent(over) => ApiError::TokensSpent(over),
+            StartError::TooManyActive(full) => ApiError::TooManyActive(full),
             StartError::Unavailable(err) => ApiError::Unavailable(err),
         }
     }
@@ -218,6 +224,15 @@ impl IntoResponse for ApiError {
                     response.headers_mut().insert(header::RETRY_AFTER, value);
                 }
                 return response;
+            }
+            ApiError::TooManyActive(full) => {
+                return ErrorResponse::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorCode::RateLimited,
+                    crate::budget::active_refusal(&full),
+                )
+                .retry_after(crate::budget::ACTIVE_RETRY_AFTER)
+                .into_response();
             }
             ApiError::NotFound => ErrorResponse::not_found("run"),
             ApiError::NoThread => ErrorResponse::not_found("thread"),

@@ -45,6 +45,9 @@ pub(crate) enum StartError {
     /// 403: the owner's bytes of runs for the day are spent (`SB_RUNS_OWNER_BYTES_PER_DAY`).
     #[error("the owner's bytes of runs per day are spent")]
     OverBudget(crate::budget::Exhausted),
+    /// 429: the owner has the most runs queued or running it may.
+    #[error("the owner has {} runs queued or running", .0.max)]
+    TooManyActive(platform::owner_set::Full),
     /// 429: one of the owner's token budgets is spent.
     #[error("the owner's token budget of the {} is spent", .0.period)]
     TokensSpent(platform::tokens::OverBudget),
@@ -156,6 +159,7 @@ pub(crate) async fn start_run(
             AcceptError::Conflict => StartError::Conflict,
             AcceptError::ThreadBusy => StartError::ThreadBusy,
             AcceptError::OverBudget(exhausted) => StartError::OverBudget(exhausted),
+            AcceptError::TooManyActive(full) => StartError::TooManyActive(full),
             AcceptError::Unavailable(e) => StartError::Unavailable(e),
         })
 }

@@ -44,6 +44,21 @@ fn untouched(owner: &str, run_id: &str, run: &RunRecord) -> RunStatusRecord {
     }
 }
 
+/// The live record, unless history has written the run's end and the record has not caught
+/// up: the terminal event in the run's log is the end (the worker writes the record after it,
+/// and a record read from a replica that lags, after a partition, may still say running).
+fn settled(record: RunStatusRecord, run: &RunRecord) -> RunStatusRecord {
+    if run.status.is_terminal() && !record.status.is_terminal() {
+        RunStatusRecord {
+            status: run.status,
+            cancel_requested: false,
+            ..record
+        }
+    } else {
+        record
+    }
+}
+
 impl RunDirectory {
     pub(crate) fn new(
         client: async_nats::Client,
@@ -112,7 +127,7 @@ impl RunDirectory {
                 let live = self.buckets.run_status.get::<RunStatusRecord>(&key).await?;
                 Ok(Some(live.map_or_else(
                     || untouched(owner, run_id, &run),
-                    |(record, _)| record,
+                    |(record, _)| settled(record, &run),
                 )))
             }
             Err(err) => {
@@ -204,5 +219,43 @@ pub(crate) fn status_response(record: RunStatusRecord) -> RunStatusResponse {
         error: record.error,
         usage: record.usage,
         timings: record.timings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: RunStatus) -> RunRecord {
+        RunRecord {
+            task_id: uuid::Uuid::nil(),
+            thread_id: "t".into(),
+            accepted_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            status,
+            runs_seq: Some(7),
+        }
+    }
+
+    #[test]
+    fn a_run_whose_end_history_wrote_is_ended_whatever_a_lagging_record_says() {
+        let running = RunStatusRecord {
+            status: RunStatus::Running,
+            cancel_requested: true,
+            ..untouched("alice", "r1", &run(RunStatus::Running))
+        };
+        let settled_record = settled(running.clone(), &run(RunStatus::Completed));
+        assert_eq!(settled_record.status, RunStatus::Completed);
+        assert!(!settled_record.cancel_requested);
+        // History behind the record: the record stands.
+        assert_eq!(settled(running.clone(), &run(RunStatus::Running)), running);
+        let failed = RunStatusRecord {
+            status: RunStatus::Failed,
+            ..running
+        };
+        assert_eq!(
+            settled(failed.clone(), &run(RunStatus::Completed)).status,
+            RunStatus::Failed,
+            "an ended record is not changed"
+        );
     }
 }

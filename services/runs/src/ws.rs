@@ -975,6 +975,11 @@ fn api_error(err: StartError) -> WsError {
             crate::budget::refusal(&exhausted),
             "quota_exceeded",
         ),
+        StartError::TooManyActive(full) => WsError::new(
+            WsErrorCode::UnknownError,
+            crate::budget::active_refusal(&full),
+            "rate_limited",
+        ),
         StartError::TokensSpent(over) => WsError::new(
             WsErrorCode::UnknownError,
             crate::budget::tokens_refusal(&over),

@@ -48,6 +48,8 @@ pub(crate) struct Capacity {
     pub(crate) ack_wait: Duration,
     /// Bytes of run events per owner per UTC day, fleet-wide.
     pub(crate) owner_event_bytes_per_day: u64,
+    /// Prompts waiting for an answer per owner, fleet-wide.
+    pub(crate) max_pending_prompts_per_owner: usize,
 }
 
 /// Cancellation tokens of the runs this replica is running, by task id.
@@ -246,7 +248,7 @@ impl RunConsumer {
             capacity.owner_event_bytes_per_day,
             buckets.owner_budgets.clone(),
         ));
-        let store = RunStore::new(buckets);
+        let store = RunStore::new(buckets, capacity.max_pending_prompts_per_owner);
         store
             .register_agents(&agents)
             .await
@@ -626,7 +628,16 @@ impl RunConsumer {
             Ok(()) => {
                 let outcome = match sink.take_prompt() {
                     None => None,
-                    Some(prompt) => Some(self.store_prompt(task, prompt).await?),
+                    Some(prompt) => match self.store_prompt(task, prompt).await {
+                        Ok(outcome) => Some(outcome),
+                        // The owner has the most prompts waiting: the run fails, saying so.
+                        Err(err) => match err.downcast::<crate::agent::AgentFailure>() {
+                            Ok(failure) => {
+                                return fail(&mut sink, failure.message, failure.code).await;
+                            }
+                            Err(err) => return Err(err),
+                        },
+                    },
                 };
                 let result = sink.take_result();
                 let usage = sink.usage();

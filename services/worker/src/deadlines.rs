@@ -138,6 +138,9 @@ async fn expire(
         }
     };
     start_continuation(js, names, &record).await?;
+    store
+        .prompt_closed(&record.owner, &record.prompt_id)
+        .await?;
     store.drop_deadline(key).await?;
     tracing::info!(prompt.id = %record.prompt_id, "prompt timed out; the agent is told");
     Ok(())

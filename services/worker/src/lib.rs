@@ -74,6 +74,10 @@ pub struct Config {
     /// the stream is shared and drops its oldest events when full. A run that goes past it ends
     /// with `RUN_ERROR` `quota_exceeded`.
     pub owner_event_bytes_per_day: u64,
+    /// Prompts one owner may have waiting for an answer, across every worker
+    /// (`SB_WORKER_MAX_PENDING_PROMPTS_PER_OWNER`, default 100): a run that would ask one more
+    /// ends with `RUN_ERROR` `quota_exceeded`, naming the setting.
+    pub max_pending_prompts_per_owner: usize,
 }
 
 impl Config {
@@ -130,6 +134,17 @@ impl Config {
                     });
                 }
                 bytes
+            },
+            max_pending_prompts_per_owner: {
+                let max = env.positive("SB_WORKER_MAX_PENDING_PROMPTS_PER_OWNER", 100)?;
+                // The owner's set is one KV record of ~80 bytes a prompt, under the 1 MiB message.
+                if max > 10_000 {
+                    return Err(ConfigError::Invalid {
+                        name: "SB_WORKER_MAX_PENDING_PROMPTS_PER_OWNER".to_owned(),
+                        reason: "must be at most 10000".to_owned(),
+                    });
+                }
+                usize::try_from(max).unwrap_or(usize::MAX)
             },
         })
     }
@@ -252,6 +267,7 @@ impl Application {
                 drain: config.drain,
                 ack_wait: config.ack_wait,
                 owner_event_bytes_per_day: config.owner_event_bytes_per_day,
+                max_pending_prompts_per_owner: config.max_pending_prompts_per_owner,
             },
         )
         .await?;

@@ -89,12 +89,21 @@ pub(crate) struct DeadlineChange {
 #[derive(Clone)]
 pub(crate) struct RunStore {
     buckets: RunBuckets,
+    /// Each owner's prompts waiting for an answer, and how many may be.
+    pending_prompts: platform::owner_set::OwnerSet,
+    max_pending_prompts: usize,
 }
 
 impl RunStore {
     /// The store of the run lifecycle buckets (opened by [`platform::nats::ensure_run_buckets`]).
-    pub(crate) fn new(buckets: RunBuckets) -> Self {
-        Self { buckets }
+    pub(crate) fn new(buckets: RunBuckets, max_pending_prompts: usize) -> Self {
+        let pending_prompts =
+            platform::owner_set::OwnerSet::pending_prompts(buckets.owner_budgets.clone());
+        Self {
+            buckets,
+            pending_prompts,
+            max_pending_prompts,
+        }
     }
 
     /// Where runs' tokens are charged to their owners.
@@ -150,6 +159,12 @@ impl RunStore {
             .run_status
             .modify::<RunStatusRecord, _>(&key, |record| with_end(record, end, now))
             .await?;
+        // No longer one of the owner's active runs (idempotent: a redelivered end finds it out).
+        let active = platform::owner_set::OwnerSet::active_runs(self.buckets.owner_budgets.clone());
+        if let Err(err) = active.leave(&task.owner, &task.task_id.to_string()).await {
+            // Counted until it is stale (a day): the owner may start one run fewer meanwhile.
+            tracing::warn!(task.id = %task.task_id, error = format!("{err:#}"), "active run not taken back");
+        }
         Ok(())
     }
 
@@ -170,8 +185,30 @@ impl RunStore {
     /// returns the prompt as stored.
     /// The thread's pointer to its last prompt ([`thread_prompt_key`]) is written too, so a
     /// client joining the thread finds the question.
+    /// Past the owner's most pending prompts, an [`AgentFailure`](crate::agent::AgentFailure)
+    /// `quota_exceeded` naming the setting.
     pub(crate) async fn save_prompt(&self, record: PromptRecord) -> anyhow::Result<PromptRecord> {
         let key = prompt_key(&record.prompt_id);
+        let entered = self
+            .pending_prompts
+            .enter(
+                &record.owner,
+                &record.prompt_id,
+                record.created_at,
+                self.max_pending_prompts,
+            )
+            .await?;
+        if let Err(full) = entered {
+            return Err(crate::agent::AgentFailure {
+                code: "quota_exceeded",
+                message: format!(
+                    "you have {} questions from agents waiting for your answer, the most you may \
+                     (SB_WORKER_MAX_PENDING_PROMPTS_PER_OWNER); answer or cancel some first",
+                    full.max
+                ),
+            }
+            .into());
+        }
         let pointer = ThreadPrompt {
             prompt_id: record.prompt_id.clone(),
             task_id: record.task_id,
@@ -239,6 +276,11 @@ impl RunStore {
             Some(_) => Written::Stored,
             None => Written::MovedOn,
         })
+    }
+
+    /// The prompt `prompt_id` of `owner` no longer waits (timed out).
+    pub(crate) async fn prompt_closed(&self, owner: &str, prompt_id: &str) -> anyhow::Result<()> {
+        self.pending_prompts.leave(owner, prompt_id).await
     }
 
     /// Removes the deadline under `key` (enforced, or its prompt closed or gone).

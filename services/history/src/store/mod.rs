@@ -4,9 +4,11 @@
 //! `services/history/.sqlx/` after a query or a migration changes).
 
 mod read;
+mod retention;
 mod write;
 
 pub(crate) use read::*;
+pub(crate) use retention::*;
 pub(crate) use write::*;
 
 use protocol::messaging::RunStatus;

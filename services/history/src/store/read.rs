@@ -244,6 +244,7 @@ pub(crate) async fn has_messages_before(
 #[derive(Debug)]
 pub(crate) struct ThreadRow {
     pub(crate) thread_id: String,
+    pub(crate) title: Option<String>,
     pub(crate) last_seq: i64,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
@@ -268,7 +269,7 @@ pub(crate) async fn threads(
 ) -> sqlx::Result<Vec<ThreadRow>> {
     sqlx::query_as!(
         ThreadRow,
-        "SELECT thread_id, last_seq, created_at, updated_at FROM threads
+        "SELECT thread_id, title, last_seq, created_at, updated_at FROM threads
          WHERE owner = $1 AND ($2::timestamptz IS NULL OR (updated_at, thread_id) < ($2, $3))
          ORDER BY updated_at DESC, thread_id DESC
          LIMIT $4",
@@ -276,6 +277,155 @@ pub(crate) async fn threads(
         after.map(|c| c.updated_at),
         after.map(|c| c.thread_id.as_str()),
         limit
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Gives the owner's thread `title`; the thread as the list shows it, `None` when the owner
+/// has no such thread. The thread's `updated_at` stays: it says when it was last written to.
+pub(crate) async fn rename_thread(
+    pool: &PgPool,
+    owner: &str,
+    thread_id: &str,
+    title: &str,
+) -> sqlx::Result<Option<ThreadRow>> {
+    sqlx::query_as!(
+        ThreadRow,
+        "UPDATE threads SET title = $3 WHERE owner = $1 AND thread_id = $2
+         RETURNING thread_id, title, last_seq, created_at, updated_at",
+        owner,
+        thread_id,
+        title
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// What a search looks for, as [`crate::search::SearchQuery`] makes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SearchTerms<'a> {
+    /// The query as typed (trimmed): its words, as a full-text query.
+    pub(crate) words: &'a str,
+    /// `ILIKE` pattern of its terms in order, anything between (`%term%term%`).
+    pub(crate) loose: &'a str,
+    /// `ILIKE` pattern of the whole query (`%query%`): a match ranks first.
+    pub(crate) phrase: &'a str,
+}
+
+/// A thread found by a search, with its best matching message.
+#[derive(Debug)]
+pub(crate) struct SearchHit {
+    pub(crate) thread_id: String,
+    pub(crate) title: Option<String>,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) message_id: String,
+    pub(crate) created_at: DateTime<Utc>,
+    /// The searched part of the message (its first 10 000 characters).
+    pub(crate) text: String,
+}
+
+/// The owner's threads with a message (not a tool result) that matches, best first: a message
+/// holding the whole query, then by full-text rank, then the most recently active thread; each
+/// with its best message (the latest among equals). `limit` of them after the first `offset`.
+///
+/// Both conditions are served by the owner-first GIN indexes of migration 0008 (the same
+/// `left(content, 10000)` expression and `role <> 'tool'` predicate), so only the caller's own
+/// entries are read.
+pub(crate) async fn search_threads(
+    pool: &PgPool,
+    owner: &str,
+    terms: SearchTerms<'_>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<Vec<SearchHit>> {
+    sqlx::query_as!(
+        SearchHit,
+        r#"WITH hits AS (
+             SELECT m.thread_id, m.message_id, m.seq, m.created_at,
+                    (CASE WHEN left(m.content, 10000) ILIKE $4 THEN 1 ELSE 0 END
+                     + ts_rank_cd(to_tsvector('simple', left(m.content, 10000)),
+                                  plainto_tsquery('simple', $2)))::float8 AS rank
+               FROM messages m
+              WHERE m.owner = $1 AND m.role <> 'tool'
+                AND (to_tsvector('simple', left(m.content, 10000)) @@ plainto_tsquery('simple', $2)
+                     OR left(m.content, 10000) ILIKE $3)
+           ), best AS (
+             SELECT DISTINCT ON (thread_id) thread_id, message_id, seq, created_at, rank
+               FROM hits
+              ORDER BY thread_id, rank DESC, seq DESC
+           ), page AS (
+             SELECT b.thread_id, t.title, t.updated_at, b.message_id, b.created_at, b.seq, b.rank
+               FROM best b
+               JOIN threads t ON t.owner = $1 AND t.thread_id = b.thread_id
+              ORDER BY b.rank DESC, t.updated_at DESC, b.thread_id
+              LIMIT $5 OFFSET $6
+           )
+           -- The text only of the page's messages.
+           SELECT p.thread_id AS "thread_id!", p.title, p.updated_at AS "updated_at!",
+                  p.message_id AS "message_id!", p.created_at AS "created_at!",
+                  left(m.content, 10000) AS "text!"
+             FROM page p
+             JOIN messages m ON m.owner = $1 AND m.thread_id = p.thread_id AND m.seq = p.seq
+            ORDER BY p.rank DESC, p.updated_at DESC, p.thread_id"#,
+        owner,
+        terms.words,
+        terms.loose,
+        terms.phrase,
+        limit,
+        offset
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// [`search_threads`] for a query none of whose terms has three characters (`天气`, `ok`): its
+/// pattern has no trigram, and a GIN scan whose only key on a column matches everything reads
+/// every entry of that column (the whole trigram index, every owner's), so the pattern is not
+/// the indexed expression here (`|| ''`): it filters the owner's messages, read through an
+/// owner-first index, instead.
+pub(crate) async fn search_threads_short(
+    pool: &PgPool,
+    owner: &str,
+    terms: SearchTerms<'_>,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<Vec<SearchHit>> {
+    sqlx::query_as!(
+        SearchHit,
+        r#"WITH hits AS (
+             SELECT m.thread_id, m.message_id, m.seq, m.created_at,
+                    (CASE WHEN left(m.content, 10000) ILIKE $4 THEN 1 ELSE 0 END
+                     + ts_rank_cd(to_tsvector('simple', left(m.content, 10000)),
+                                  plainto_tsquery('simple', $2)))::float8 AS rank
+               FROM messages m
+              WHERE m.owner = $1 AND m.role <> 'tool'
+                AND (to_tsvector('simple', left(m.content, 10000)) @@ plainto_tsquery('simple', $2)
+                     OR (left(m.content, 10000) || '') ILIKE $3)
+           ), best AS (
+             SELECT DISTINCT ON (thread_id) thread_id, message_id, seq, created_at, rank
+               FROM hits
+              ORDER BY thread_id, rank DESC, seq DESC
+           ), page AS (
+             SELECT b.thread_id, t.title, t.updated_at, b.message_id, b.created_at, b.seq, b.rank
+               FROM best b
+               JOIN threads t ON t.owner = $1 AND t.thread_id = b.thread_id
+              ORDER BY b.rank DESC, t.updated_at DESC, b.thread_id
+              LIMIT $5 OFFSET $6
+           )
+           -- The text only of the page's messages.
+           SELECT p.thread_id AS "thread_id!", p.title, p.updated_at AS "updated_at!",
+                  p.message_id AS "message_id!", p.created_at AS "created_at!",
+                  left(m.content, 10000) AS "text!"
+             FROM page p
+             JOIN messages m ON m.owner = $1 AND m.thread_id = p.thread_id AND m.seq = p.seq
+            ORDER BY p.rank DESC, p.updated_at DESC, p.thread_id"#,
+        owner,
+        terms.words,
+        terms.loose,
+        terms.phrase,
+        limit,
+        offset
     )
     .fetch_all(pool)
     .await

@@ -2,7 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use protocol::messaging::{RunEventV1, RunStatus, RunTaskV1};
+use protocol::metadata::AttachedFile;
 use protocol::run_input::Message;
+use protocol::threads::derived_title;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
@@ -47,6 +49,7 @@ pub(crate) async fn record_accepted_run(
         tx.commit().await?;
         return Ok(Outcome::Written);
     };
+    let text = user.content.text();
     insert_message(
         &mut tx,
         NewMessage {
@@ -55,9 +58,10 @@ pub(crate) async fn record_accepted_run(
             task_id: task.task_id,
             message_id: &user.id,
             role: Role::User,
-            content: &user.content.text(),
+            content: &text,
             metadata: input_metadata(task, &user.id, true),
             agui: as_input(message),
+            title: derived_title(&text, task.attachments.first().map(AttachedFile::name)),
             created_at: task.accepted_at,
         },
     )
@@ -103,6 +107,8 @@ struct Resent<'a> {
     content: String,
     metadata: Value,
     agui: Option<Value>,
+    /// The title a user message gives its thread if it has none yet.
+    title: Option<String>,
     /// The run's new user message: always kept.
     new_turn: bool,
     /// Bytes it adds to the thread, as the per-run bound counts them.
@@ -161,6 +167,7 @@ async fn record_conversation(
                 content: &resent.content,
                 metadata: resent.metadata,
                 agui: resent.agui,
+                title: resent.title,
                 created_at: task.accepted_at,
             },
         )
@@ -187,11 +194,14 @@ fn resent<'a>(task: &RunTaskV1, message: &'a Message, new_turn: bool) -> Option<
     let mut metadata = input_metadata(task, id, new_turn);
     let mut room = RESENT_MESSAGE_BYTES;
     let mut cut = false;
+    let mut title = None;
     let (role, content, agui, bytes) = match message {
         Message::User(user) => {
             let agui = as_input(message);
             let content = user.content.text();
             let bytes = content.len() + agui.as_ref().map_or(0, |a| a.to_string().len());
+            let first_file = task.attachments.first().filter(|_| new_turn);
+            title = derived_title(&content, first_file.map(AttachedFile::name));
             (Role::User, content, agui, bytes)
         }
         Message::Assistant(assistant) => {
@@ -233,6 +243,7 @@ fn resent<'a>(task: &RunTaskV1, message: &'a Message, new_turn: bool) -> Option<
         content,
         metadata,
         agui,
+        title,
         new_turn,
         bytes,
         cut,
@@ -392,6 +403,7 @@ async fn apply(
                     content: &content,
                     metadata,
                     agui: None,
+                    title: None,
                     created_at: event.emitted_at,
                 },
             )
@@ -570,6 +582,8 @@ struct NewMessage<'a> {
     metadata: Value,
     /// A user message as its run's input carried it; `None` for what the agent made.
     agui: Option<Value>,
+    /// The title the message gives its thread if the thread has none yet (a user message's).
+    title: Option<String>,
     created_at: DateTime<Utc>,
 }
 
@@ -619,6 +633,7 @@ async fn ensure_message(
             content: "",
             metadata,
             agui: None,
+            title: None,
             created_at: event.emitted_at,
         },
     )
@@ -695,18 +710,22 @@ async fn refresh_tool_calls(
     Ok(())
 }
 
-/// Inserts a message at the thread's next `seq` (allocated under the thread row's lock).
+/// Inserts a message at the thread's next `seq` (allocated under the thread row's lock); the
+/// thread takes the message's title if it has none yet: the first user message that gives one
+/// titles it, and a title its owner gave stays.
 async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -> sqlx::Result<()> {
     let seq = sqlx::query_scalar!(
-        "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at)
-         VALUES ($1, $2, 1, $3, $3)
+        "INSERT INTO threads (owner, thread_id, last_seq, created_at, updated_at, title)
+         VALUES ($1, $2, 1, $3, $3, $4)
          ON CONFLICT (owner, thread_id) DO UPDATE
            SET last_seq = threads.last_seq + 1,
-               updated_at = GREATEST(threads.updated_at, EXCLUDED.updated_at)
+               updated_at = GREATEST(threads.updated_at, EXCLUDED.updated_at),
+               title = COALESCE(threads.title, EXCLUDED.title)
          RETURNING last_seq",
         m.owner,
         m.thread_id,
-        m.created_at
+        m.created_at,
+        m.title
     )
     .fetch_one(&mut **tx)
     .await?;
@@ -744,6 +763,7 @@ mod tests {
                 content: String::new(),
                 metadata: json!({}),
                 agui: None,
+                title: None,
                 new_turn: Some(at) == new_turn,
                 bytes,
                 cut: false,
