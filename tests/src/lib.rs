@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 pub mod agent_server;
 pub mod cluster;
 pub mod fake_agent;
+pub mod fake_model;
 pub mod gateway;
 pub mod netns;
 pub mod postgres;

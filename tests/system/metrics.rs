@@ -209,10 +209,40 @@ use switchboard_system_tests::read_sse;
 
 /// The metric names the PromQL `expressions` use (`switchboard_*` and `http_*`), a histogram's
 /// `_bucket`, `_sum` and `_count` series as the histogram.
+/// `expr` without what names labels, not metrics: label matchers (`{...}`) and grouping
+/// clauses (`by (...)`, `without (...)`).
+fn without_labels(expr: &str) -> String {
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr;
+    while !rest.is_empty() {
+        let skip_to = if rest.starts_with('{') {
+            Some('}')
+        } else if ["by (", "by(", "without (", "without("]
+            .iter()
+            .any(|clause| rest.starts_with(clause))
+        {
+            Some(')')
+        } else {
+            None
+        };
+        match skip_to.and_then(|end| rest.find(end)) {
+            Some(at) => rest = &rest[at + 1..],
+            None => {
+                let mut chars = rest.chars();
+                out.extend(chars.next());
+                rest = chars.as_str();
+            }
+        }
+    }
+    out
+}
+
 fn metric_names<'a>(expressions: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for expr in expressions {
-        for prefix in ["switchboard_", "http_"] {
+        let expr = without_labels(expr);
+        let expr = expr.as_str();
+        for prefix in ["switchboard_", "http_", "gen_ai_"] {
             for (at, _) in expr.match_indices(prefix) {
                 let before = expr[..at].chars().next_back();
                 if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -324,7 +354,8 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let wanted = metric_names(expressions.iter().map(String::as_str));
     assert!(
         wanted.contains("switchboard_runs_finished_total")
-            && wanted.contains("http_request_duration_seconds"),
+            && wanted.contains("http_request_duration_seconds")
+            && wanted.contains("gen_ai_client_token_usage"),
         "{wanted:?}"
     );
 
@@ -343,9 +374,14 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let names = OwnPrefix(protocol::messaging::Names::new(&prefix).unwrap());
     let agents_file = agents.0.to_string_lossy().into_owned();
+    // The default agent on a model (its token and duration metrics on the dashboard).
+    let model = switchboard_system_tests::fake_model::spawn().await.unwrap();
     let platform = ProcessPlatform::spawn_with_env(&[
         ("SB_WORKER_AGENTS_FILE", &agents_file),
         ("SB_NATS_PREFIX", &prefix),
+        ("SB_OPENAI_BASE_URL", &model),
+        ("SB_OPENAI_MODEL", "dashboard-model"),
+        ("SB_OPENAI_API_KEY", "sk-test"),
     ])
     .await
     .unwrap();
@@ -416,4 +452,20 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[test]
+fn label_names_in_matchers_and_groupings_are_not_taken_for_metrics() {
+    let names = metric_names([
+        "histogram_quantile(0.5, sum by (le, gen_ai_request_model) \
+         (rate(gen_ai_client_operation_duration_seconds_bucket{gen_ai_token_type=\"input\"}[5m])))",
+        "sum without (gen_ai_token_type) (switchboard_runs_in_flight)",
+    ]);
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        [
+            "gen_ai_client_operation_duration_seconds",
+            "switchboard_runs_in_flight"
+        ]
+    );
 }

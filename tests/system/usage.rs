@@ -1,5 +1,5 @@
-//! What runs cost, end to end: a model server (a stand-in for the provider, which this machine
-//! cannot reach) reports the tokens of every call; the run's terminal event, its status and
+//! What runs cost, end to end: a model server (`fake_model`, a stand-in for the provider, which
+//! this machine cannot reach) reports the tokens of every call; the run's terminal event, its status and
 //! `GET /api/v1/agent/usage` show them with the run's times, and a token budget one owner spent
 //! refuses that owner's next run on every runs replica while another owner goes on.
 
@@ -7,35 +7,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard_system_tests::{Options, TestPlatform, stream_run, text_run};
-
-/// Every call answers "Hello." and reports 31 prompt tokens (8 of them cached) and 12
-/// completion tokens (4 of them reasoning).
-async fn completions(body: axum::Json<Value>) -> axum::response::Response {
-    assert_eq!(body.0["stream_options"]["include_usage"], true);
-    let mut sse = String::new();
-    for chunk in [
-        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello."}, "finish_reason": null}]}),
-        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-        json!({"choices": [], "usage": {"prompt_tokens": 31, "completion_tokens": 12, "total_tokens": 43,
-               "prompt_tokens_details": {"cached_tokens": 8},
-               "completion_tokens_details": {"reasoning_tokens": 4}}}),
-    ] {
-        sse += &format!("data: {chunk}\n\n");
-    }
-    sse += "data: [DONE]\n\n";
-    axum::response::Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(axum::body::Body::from(sse))
-        .unwrap()
-}
-
-async fn model_server() -> String {
-    let app = axum::Router::new().route("/v1/chat/completions", axum::routing::post(completions));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    base_url
-}
 
 async fn get_usage(platform: &TestPlatform, token: &str, query: &str) -> (u16, Value) {
     let response = platform
@@ -75,7 +46,7 @@ async fn usage_is_shown_on_the_run_and_by_day_thread_and_agent_and_a_spent_budge
  {
     let platform = TestPlatform::spawn_with(Options {
         openai: Some(worker::openai::OpenAiConfig {
-            base_url: model_server().await,
+            base_url: switchboard_system_tests::fake_model::spawn().await.unwrap(),
             model: "test-model".to_owned(),
             api_key: secrecy::SecretString::from("sk-test"),
             request_timeout: Duration::from_secs(10),
