@@ -205,7 +205,6 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 use switchboard_system_tests::fake_agent::FakeAgent;
-use switchboard_system_tests::read_sse;
 
 /// The metric names the PromQL `expressions` use (`switchboard_*` and `http_*`), a histogram's
 /// `_bucket`, `_sum` and `_count` series as the histogram.
@@ -401,21 +400,11 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // A remote agent's run followed over SSE (an open stream while it lasts).
     let mut body = text_run(&uuid::Uuid::new_v4().to_string(), "dashboard-2", "hi");
     body["forwardedProps"] = json!({"agent": "fake-ok"});
-    let response = http
-        .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
-        .bearer_auth(&alice)
-        .header("accept", "text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let events = read_sse(response, None).await.unwrap();
+    let events = platform.api().stream_run(&alice, &body).await.unwrap();
     assert_eq!(
-        events.last().map(|frame| frame.data["type"].clone()),
+        events.last().map(|event| event["type"].clone()),
         Some(json!("RUN_FINISHED")),
-        "{:?}",
-        events.iter().map(|f| &f.data).collect::<Vec<_>>()
+        "{events:?}"
     );
     // Requests on history's and attachments' NATS endpoints whose reply is no caller's inbox.
     let nats = async_nats::connect(&platform.infra.nats_url).await.unwrap();

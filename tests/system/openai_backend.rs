@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
-use switchboard_system_tests::{Options, TestPlatform, read_sse, text_run};
+use switchboard_system_tests::{Options, TestPlatform, text_run};
 
 type Seen = Arc<Mutex<Vec<(Option<String>, Value)>>>;
 
@@ -94,22 +94,8 @@ async fn a_run_on_the_openai_backend_streams_text_and_a_client_tool_call() {
     let mut body = text_run(&thread, "weather", "What is the weather in Paris?");
     body["tools"] = json!([{"name": "get_weather", "description": "Current weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
-    let response = platform
-        .http
-        .post(format!("{}/api/v1/agent/runs", platform.urls.runs))
-        .bearer_auth(&alice)
-        .header("accept", "text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let events: Vec<Value> = read_sse(response, None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|f| f.data)
-        .collect();
+    // Streamed: a 200 with the run's events (`stream_run` fails on any other answer).
+    let events = platform.api().stream_run(&alice, &body).await.unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,

@@ -74,7 +74,7 @@ pub struct EventSink {
     /// The tokens the agent's models used so far, one entry per model.
     usage: Vec<protocol::usage::TokenUsage>,
     /// Where the run's tokens are charged to its owner as it ends (none: not charged).
-    tokens: Option<TokenLedger>,
+    tokens: Option<Arc<TokenLedger>>,
     /// When the run's `RUN_STARTED` and its first output were published.
     times: RunTimes,
 }
@@ -146,7 +146,7 @@ impl EventSink {
 
     /// Charges the run's tokens to its owner in `ledger` as it ends (before its terminal event
     /// is published, so whoever sees the end finds the charge).
-    pub(crate) fn with_tokens(mut self, ledger: TokenLedger) -> Self {
+    pub(crate) fn with_tokens(mut self, ledger: Arc<TokenLedger>) -> Self {
         self.tokens = Some(ledger);
         self
     }

@@ -92,6 +92,10 @@ pub(crate) struct RunStore {
     /// Each owner's prompts waiting for an answer, and how many may be.
     pending_prompts: platform::owner_set::OwnerSet,
     max_pending_prompts: usize,
+    /// Each owner's active runs (a run leaves as its end is written).
+    active_runs: platform::owner_set::OwnerSet,
+    /// Where runs' tokens are charged to their owners.
+    tokens: std::sync::Arc<platform::tokens::TokenLedger>,
 }
 
 impl RunStore {
@@ -99,16 +103,22 @@ impl RunStore {
     pub(crate) fn new(buckets: RunBuckets, max_pending_prompts: usize) -> Self {
         let pending_prompts =
             platform::owner_set::OwnerSet::pending_prompts(buckets.owner_budgets.clone());
+        let active_runs = platform::owner_set::OwnerSet::active_runs(buckets.owner_budgets.clone());
+        let tokens = std::sync::Arc::new(platform::tokens::TokenLedger::new(
+            buckets.owner_tokens.clone(),
+        ));
         Self {
             buckets,
             pending_prompts,
             max_pending_prompts,
+            active_runs,
+            tokens,
         }
     }
 
     /// Where runs' tokens are charged to their owners.
-    pub(crate) fn token_ledger(&self) -> platform::tokens::TokenLedger {
-        platform::tokens::TokenLedger::new(self.buckets.owner_tokens.clone())
+    pub(crate) fn token_ledger(&self) -> std::sync::Arc<platform::tokens::TokenLedger> {
+        std::sync::Arc::clone(&self.tokens)
     }
 
     /// Writes the card of every agent this worker runs to the agents bucket.
@@ -160,8 +170,11 @@ impl RunStore {
             .modify::<RunStatusRecord, _>(&key, |record| with_end(record, end, now))
             .await?;
         // No longer one of the owner's active runs (idempotent: a redelivered end finds it out).
-        let active = platform::owner_set::OwnerSet::active_runs(self.buckets.owner_budgets.clone());
-        if let Err(err) = active.leave(&task.owner, &task.task_id.to_string()).await {
+        if let Err(err) = self
+            .active_runs
+            .leave(&task.owner, &task.task_id.to_string())
+            .await
+        {
             // Counted until it is stale (a day): the owner may start one run fewer meanwhile.
             tracing::warn!(task.id = %task.task_id, error = format!("{err:#}"), "active run not taken back");
         }
