@@ -169,10 +169,78 @@ impl Receiver {
 /// What the model stand-in was sent: each request's `traceparent`.
 type Seen = Arc<Mutex<Vec<Option<String>>>>;
 
+/// The fake model server's state: the `traceparent`s it was sent, and its own tracer, which
+/// exports to the test's receiver as service `model` (a real provider's server span).
+#[derive(Clone)]
+struct Model {
+    seen: Seen,
+    provider: opentelemetry_sdk::trace::SdkTracerProvider,
+}
+
+impl Model {
+    /// Off the async runtime: the exporter's blocking HTTP client may not be made on it.
+    async fn start(endpoint: String) -> Self {
+        let provider = tokio::task::spawn_blocking(move || {
+            use opentelemetry_otlp::WithExportConfig as _;
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(format!("{endpoint}/v1/traces"))
+                .build()
+                .expect("an OTLP exporter");
+            opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_resource(
+                    opentelemetry_sdk::Resource::builder()
+                        .with_service_name("model")
+                        .build(),
+                )
+                .with_batch_exporter(exporter)
+                .build()
+        })
+        .await
+        .unwrap();
+        Self {
+            seen: Arc::default(),
+            provider,
+        }
+    }
+
+    /// A server span for one request, continuing the caller's context, exported at once.
+    async fn record(&self, headers: &HeaderMap) {
+        use opentelemetry::propagation::TextMapPropagator as _;
+        use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};
+        struct Carrier<'a>(&'a HeaderMap);
+        impl opentelemetry::propagation::Extractor for Carrier<'_> {
+            fn get(&self, key: &str) -> Option<&str> {
+                self.0.get(key).and_then(|v| v.to_str().ok())
+            }
+            fn keys(&self) -> Vec<&str> {
+                self.0.keys().map(|k| k.as_str()).collect()
+            }
+        }
+        let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+            .extract(&Carrier(headers));
+        let tracer = self.provider.tracer("fake-model");
+        let mut span = tracer
+            .span_builder("POST /v1/chat/completions")
+            .with_kind(SpanKind::Server)
+            .start_with_context(&tracer, &parent);
+        span.set_attribute(opentelemetry::KeyValue::new(
+            "gen_ai.operation.name",
+            "chat",
+        ));
+        span.end();
+        let provider = self.provider.clone();
+        tokio::task::spawn_blocking(move || provider.force_flush())
+            .await
+            .unwrap()
+            .expect("the model's span exported");
+    }
+}
+
 /// A chat-completions stand-in: `model` says a word, calls `get_weather`, reports 31 input and
 /// 12 output tokens.
 async fn completions(
-    State(seen): State<Seen>,
+    State(model): State<Model>,
     headers: HeaderMap,
     _body: axum::Json<Value>,
 ) -> axum::response::Response {
@@ -180,7 +248,8 @@ async fn completions(
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    seen.lock().unwrap().push(traceparent);
+    model.seen.lock().unwrap().push(traceparent);
+    model.record(&headers).await;
     let chunk = |delta: Value, finish: Value| {
         format!(
             "data: {}\n\n",
@@ -278,10 +347,11 @@ fn find<'a>(spans: &'a [Span], what: &str, test: impl Fn(&Span) -> bool) -> &'a 
 #[tokio::test]
 async fn a_run_with_a_file_and_a_tool_call_is_one_trace_through_every_service() {
     let receiver = Receiver::start().await;
-    let seen: Seen = Arc::default();
+    let state = Model::start(receiver.endpoint.clone()).await;
+    let seen = Arc::clone(&state.seen);
     let model = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(completions))
-        .with_state(Arc::clone(&seen));
+        .with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, model).await });
@@ -397,6 +467,7 @@ async fn a_run_with_a_file_and_a_tool_call_is_one_trace_through_every_service() 
                 && spans.iter().any(|s| s.name == "chat trace-model")
                 && spans.iter().any(|s| s.name == "attachments.sign.handle")
                 && spans.iter().any(|s| s.name == "history.ingest.run_end")
+                && services.contains("model")
         })
         .await;
     println!(
@@ -465,6 +536,13 @@ async fn a_run_with_a_file_and_a_tool_call_is_one_trace_through_every_service() 
         sent,
         [Some(format!("00-{trace_id}-{}-01", chat.span_id))],
         "the model request carries the chat span's context"
+    );
+    // The model's server (the fake's own span, as a provider would report it) is a child of it.
+    let served = find(&spans, "the model's server span", |s| s.service == "model");
+    assert_eq!(served.name, "POST /v1/chat/completions");
+    assert_eq!(
+        served.parent_id, chat.span_id,
+        "the model's span continues the chat span"
     );
 
     // History wrote the run from its messages, in the run's own trace: its acceptance under the
