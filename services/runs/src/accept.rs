@@ -42,6 +42,10 @@ impl std::str::FromStr for ActiveRunPolicy {
     }
 }
 
+/// The longest a run waits to be counted among its owner's active runs (milliseconds
+/// normally; a cut-off replica's KV read and write would otherwise wait out seconds each).
+const ACTIVE_ENTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What acceptance can end in besides success.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AcceptError {
@@ -152,14 +156,23 @@ impl Acceptor {
         let entered = if self.max_active == 0 {
             Ok(Ok(()))
         } else {
-            self.active
-                .enter(
+            // Bounded: a replica cut off from the bus with the record's leader answers 503 at
+            // once rather than after a read and a write each waited out their timeouts.
+            tokio::time::timeout(
+                ACTIVE_ENTER_TIMEOUT,
+                self.active.enter(
                     owner,
                     &task.task_id.to_string(),
                     task.accepted_at,
                     self.max_active,
-                )
-                .await
+                ),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "counting the owner's active runs timed out"
+                ))
+            })
         };
         match entered {
             Ok(Ok(())) => {}
