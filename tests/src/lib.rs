@@ -101,6 +101,9 @@ pub struct Options {
     pub events_max_age: Option<Duration>,
     /// How often history deletes ended runs from the RUNS stream (`SB_HISTORY_RUNS_SWEEP_SECS`).
     pub history_runs_sweep: Duration,
+    /// How long threads are kept (`SB_HISTORY_THREAD_TTL_DAYS` and the owners'); for good by
+    /// default.
+    pub thread_ttl: history::ThreadTtl,
 }
 
 impl Default for Options {
@@ -133,6 +136,7 @@ impl Default for Options {
             max_pending_prompts_per_owner: 10_000,
             events_max_age: None,
             history_runs_sweep: Duration::from_secs(60),
+            thread_ttl: history::ThreadTtl::default(),
         }
     }
 }
@@ -185,9 +189,10 @@ impl TestPlatform {
 
     /// Like [`TestPlatform::spawn`], with other settings.
     pub async fn spawn_with(options: Options) -> anyhow::Result<Self> {
-        // On the heap: the services' builders make a large future, and a test that awaits it
-        // beside its own work overflowed a debug build's test thread.
-        Box::pin(Self::build(options)).await
+        // A task of its own: the services' builders make a deep chain of large futures, and
+        // polled under a test's own future it overflowed a debug build's test thread (a task
+        // is polled from the runtime's loop, at the bottom of the stack).
+        tokio::spawn(Self::build(options)).await?
     }
 
     async fn build(options: Options) -> anyhow::Result<Self> {
@@ -256,6 +261,7 @@ impl TestPlatform {
             database_url: history_db.clone(),
             migrate_on_start: true,
             runs_sweep: options.history_runs_sweep,
+            thread_ttl: options.thread_ttl.clone(),
         })
         .await?;
         let worker_config = worker::Config {

@@ -33,6 +33,7 @@ mod runs_retention;
 mod security;
 mod server_upload;
 mod streams;
+mod thread_erase;
 mod thread_search;
 mod thread_stream;
 mod threads;

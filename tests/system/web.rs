@@ -52,6 +52,11 @@ const STEPS: &[&str] = &[
     "history after a reload shows the same conversation with working file links",
     "the thread list is most recent first and pages; a new thread starts empty",
     "a conversation loads day by day backwards",
+    "two new conversations are listed with their first message as their title",
+    "a search lists only the conversation with the word, the match highlighted, and opens it at that message",
+    "a conversation renamed in the list shows its new title, also after a reload",
+    "a conversation deleted after its confirmation is gone from the list, also after a reload, and left when open",
+    "a search of only punctuation, or too long, shows the server's message in place",
     "on a phone: no sideways scrolling, a drawer for the threads, prompts usable",
 ];
 
@@ -68,6 +73,10 @@ const SCREENSHOTS: &[&str] = &[
     "desktop-second-tab",
     "desktop-history",
     "desktop-days",
+    "desktop-search",
+    "desktop-rename",
+    "desktop-delete-confirm",
+    "desktop-search-error",
     "phone-threads",
     "phone-conversation",
     "phone-prompt",

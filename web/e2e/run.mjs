@@ -891,6 +891,199 @@ async function flow(browser) {
       await shot(page, "desktop-days");
     });
   }
+
+  // ------------------------------------------------------------ managing conversations
+  // Two new conversations with words no other has (this run's tag): a search finds one, which is
+  // renamed; the other is deleted after its confirmation.
+  const tag = Date.now().toString(36);
+  const wordA = `kestrel${tag}`;
+  const wordB = `quokka${tag}`;
+  // Markup and entities in the text: the snippet (HTML-escaped by the server) must show them as text.
+  const textA = `${wordA} notes: <i>draft</i> & "final" plans`;
+  const textB = `${wordB} shopping list for the weekend`;
+  const renamed = `Plans (${tag})`;
+  let threadA = null;
+  let threadB = null;
+  const searchBox = page.getByRole("searchbox", { name: "Search conversations" });
+  const rowOf = (id) => page.locator(`.thread-list li[data-thread-row="${id}"]`);
+  const titleIs = (id, want) =>
+    page.waitForFunction(([id, want]) => document.querySelector(`.thread[data-thread="${id}"] .thread-title`)?.textContent === want, [id, want]);
+  /** The answer to the search of exactly `q`. */
+  const searchAnswer = (q) =>
+    page.waitForResponse((r) => {
+      const url = new URL(r.url());
+      return url.pathname === "/api/v1/agent/threads" && url.searchParams.get("q") === q;
+    });
+  /** Whether a request is `method` on the thread `id` (rename, delete). */
+  const threadCall = (method, id) => (request) => request.method() === method && new URL(request.url()).pathname === `/api/v1/agent/threads/${encodeURIComponent(id)}`;
+  const threadAnswer = (method, id) => page.waitForResponse((response) => threadCall(method, id)(response.request()));
+  const newConversation = async (text) => {
+    await page.click("button.new-thread");
+    const id = await page.evaluate(() => sessionStorage.getItem("sb.thread"));
+    await send(page, text);
+    await replyIs(page, `You said: ${text}`);
+    await page.waitForSelector(`.thread[data-thread="${id}"]`);
+    return id;
+  };
+
+  await step("two new conversations are listed with their first message as their title", async () => {
+    threadA = await newConversation(textA);
+    threadB = await newConversation(textB);
+    await titleIs(threadA, textA);
+    await titleIs(threadB, textB);
+  });
+
+  await step("a search lists only the conversation with the word, the match highlighted, and opens it at that message", async () => {
+    expect(threadA && threadB, "the two conversations exist");
+    const searches = [];
+    const onRequest = (request) => {
+      const url = new URL(request.url());
+      if (url.pathname === "/api/v1/agent/threads" && url.searchParams.has("q")) searches.push(url.searchParams.get("q"));
+    };
+    page.on("request", onRequest);
+    try {
+      const answered = searchAnswer(wordA);
+      await searchBox.click();
+      await page.keyboard.type(wordA);
+      const answer = await answered;
+      expect(answer.status() === 200, `the search answered ${answer.status()}`);
+      const body = await answer.json();
+      // The results of the whole word (not of a part typed before): the search is over.
+      await page.waitForSelector(`.search-results:not([aria-busy]) .search-hit[data-hit="${threadA}"]`);
+      const hits = await page.$$eval(".search-hit", (els) => els.map((e) => e.getAttribute("data-hit")));
+      expect(hits.length === 1 && hits[0] === threadA, `only the conversation with the word is listed: ${JSON.stringify(hits)}`);
+      expect((await page.locator(".thread[data-thread]").count()) === 0, "the thread list makes way for the results");
+      const snippet = page.locator(`.search-hit[data-hit="${threadA}"] .hit-snippet`);
+      const marks = await snippet.locator("mark").allTextContents();
+      expect(marks.length >= 1 && marks.every((m) => m.toLowerCase() === wordA), `the word is highlighted: ${JSON.stringify(marks)}`);
+      const shown = await snippet.textContent();
+      expect(shown.includes(`${wordA} notes: <i>draft</i> & "final" plans`), `the escaped text is shown as text: ${shown} (sent ${body.threads[0]?.snippet})`);
+      expect((await snippet.locator("i").count()) === 0, "no markup of the message is injected");
+      expect(searches.length * 2 < wordA.length, `typing is debounced: ${searches.length} searches for ${wordA.length} keys`);
+      report.facts.searchRequests = searches.length;
+      await shot(page, "desktop-search");
+      const messageId = body.threads[0].messageId;
+      await page.click(`.search-hit[data-hit="${threadA}"]`);
+      await page.waitForSelector(`.msg-found[data-key="${messageId}"]`);
+      expect((await page.evaluate(() => sessionStorage.getItem("sb.thread"))) === threadA, "the hit's conversation is open");
+      expect((await page.getAttribute(`.search-hit[data-hit="${threadA}"]`, "aria-current")) === "page", "the hit is marked as the open conversation");
+      await searchBox.fill("");
+      await page.waitForSelector(`.thread[data-thread="${threadB}"]`);
+      expect((await page.locator(".search-hit").count()) === 0, "an empty box shows the thread list again");
+    } finally {
+      page.off("request", onRequest);
+    }
+  });
+
+  await step("a conversation renamed in the list shows its new title, also after a reload", async () => {
+    expect(threadA, "the conversation exists");
+    const row = rowOf(threadA);
+    const input = row.getByRole("textbox", { name: "New title" });
+    const patches = [];
+    const onRequest = (request) => threadCall("PATCH", threadA)(request) && patches.push(request.url());
+    page.on("request", onRequest);
+    try {
+      // Escape cancels: nothing is sent, the title stays.
+      await row.getByRole("button", { name: /^Rename/ }).click();
+      await input.fill("Not this one");
+      await input.press("Escape");
+      await titleIs(threadA, textA);
+      expect(patches.length === 0, "a cancelled rename sends nothing");
+      // An empty title: the server's message, in place.
+      await row.getByRole("button", { name: /^Rename/ }).click();
+      await input.fill("   ");
+      const [refused] = await Promise.all([threadAnswer("PATCH", threadA), input.press("Enter")]);
+      expect(refused.status() === 400, `an empty title answered ${refused.status()}`);
+      const error = row.locator(".rename [role=alert]");
+      await error.waitFor();
+      expect(/title must not be empty/.test(await error.textContent()), `the server's message is shown: ${await error.textContent()}`);
+      expect((await input.getAttribute("aria-invalid")) === "true", "the field is marked invalid");
+      // Enter saves.
+      await input.fill(renamed);
+      const [saved] = await Promise.all([threadAnswer("PATCH", threadA), input.press("Enter")]);
+      expect(saved.status() === 200, `the rename answered ${saved.status()}: ${await saved.text()}`);
+      expect((await saved.json()).title === renamed, "the answer is the renamed thread");
+      await titleIs(threadA, renamed);
+      expect((await page.textContent("#conversation-title")) === renamed, "the open conversation has the new title");
+      await shot(page, "desktop-rename");
+      await page.reload();
+      await page.waitForSelector("html[data-ready] .thread-list");
+      await titleIs(threadA, renamed);
+    } finally {
+      page.off("request", onRequest);
+    }
+  });
+
+  await step("a conversation deleted after its confirmation is gone from the list, also after a reload, and left when open", async () => {
+    expect(threadB, "the conversation exists");
+    await page.click(`.thread[data-thread="${threadB}"]`);
+    await page.waitForFunction((want) => [...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent === want, `You said: ${textB}`);
+    const row = rowOf(threadB);
+    const dialog = row.getByRole("alertdialog");
+    const deletes = [];
+    const onRequest = (request) => request.method() === "DELETE" && deletes.push(request.url());
+    page.on("request", onRequest);
+    try {
+      // Cancel: nothing is sent, the conversation stays.
+      await row.getByRole("button", { name: /^Delete/ }).click();
+      await dialog.waitFor();
+      expect((await dialog.textContent()).includes(textB), `the confirmation names the conversation: ${await dialog.textContent()}`);
+      await dialog.getByRole("button", { name: "Cancel" }).click();
+      await dialog.waitFor({ state: "detached" });
+      expect(deletes.length === 0, "a cancelled delete sends nothing");
+      expect((await page.locator(`.thread[data-thread="${threadB}"]`).count()) === 1, "the conversation stays after Cancel");
+      // Confirmed.
+      await row.getByRole("button", { name: /^Delete/ }).click();
+      await dialog.waitFor();
+      await shot(page, "desktop-delete-confirm");
+      const [answer] = await Promise.all([threadAnswer("DELETE", threadB), dialog.getByRole("button", { name: "Delete", exact: true }).click()]);
+      expect(answer.status() === 204, `the delete answered ${answer.status()}: ${await answer.text()}`);
+      await page.waitForSelector(`.thread[data-thread="${threadB}"]`, { state: "detached" });
+      expect((await page.evaluate(() => sessionStorage.getItem("sb.thread"))) !== threadB, "the deleted conversation is no longer the open one");
+      await page.waitForSelector(".empty");
+      expect((await page.locator(".messages .msg").count()) === 0, "a new empty conversation takes its place");
+    } finally {
+      page.off("request", onRequest);
+    }
+    await page.reload();
+    await page.waitForSelector("html[data-ready] .thread-list");
+    await page.waitForSelector(`.thread[data-thread="${threadA}"]`);
+    expect((await page.locator(`.thread[data-thread="${threadB}"]`).count()) === 0, "the deleted conversation is not listed after a reload");
+    const history = await context.request.get(`${ORIGIN}/api/v1/agent/history/blocks?threadId=${encodeURIComponent(threadB)}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+    expect(history.status() === 404, `its history answers ${history.status()}`);
+    const answered = searchAnswer(wordB);
+    await searchBox.fill(wordB);
+    expect((await answered).status() === 200, "the search of its word answered");
+    await page.waitForSelector(".search-results:not([aria-busy]) .search-status:has-text('No conversation matches')");
+    expect((await page.locator(".search-hit").count()) === 0, "a search no longer finds it");
+    await searchBox.fill("");
+    await page.waitForSelector(`.thread[data-thread="${threadA}"]`);
+  });
+
+  await step("a search of only punctuation, or too long, shows the server's message in place", async () => {
+    const errorsBefore = report.facts.pageErrors?.length ?? 0;
+    const error = page.locator("#thread-search-error");
+    for (const [q, want] of [
+      ["?!… ,", "q must contain a letter or a digit"],
+      ["a".repeat(257), "q must be at most 256 characters"],
+    ]) {
+      const answered = searchAnswer(q);
+      await searchBox.fill(q);
+      const answer = await answered;
+      expect(answer.status() === 400, `${q.slice(0, 12)} answered ${answer.status()}`);
+      const message = (await answer.json())?.error?.message;
+      expect(message === want, `the server's message: ${message}`);
+      await page.waitForFunction((want) => document.querySelector("#thread-search-error")?.textContent === want, want);
+      expect((await searchBox.getAttribute("aria-invalid")) === "true", "the box is marked invalid");
+      if (q.length < 10) await shot(page, "desktop-search-error");
+    }
+    // Escape empties the box: the list is back, the message gone.
+    await searchBox.press("Escape");
+    await page.waitForSelector(`.thread[data-thread="${threadA}"]`);
+    expect((await searchBox.inputValue()) === "", "Escape empties the box");
+    expect((await error.count()) === 0, "the message goes with the query");
+    expect((report.facts.pageErrors?.length ?? 0) === errorsBefore, `the page did not crash: ${JSON.stringify(report.facts.pageErrors)}`);
+  });
   await context.close();
 
   // ------------------------------------------------------------ phone

@@ -5,6 +5,8 @@ import type {
   ErrorEnvelope,
   HistoryDay,
   ThreadPage,
+  ThreadSearchPage,
+  ThreadSummary,
   UploadUrlAnswer,
 } from "./types";
 
@@ -79,6 +81,23 @@ export class Api {
     return this.request("GET", "/api/v1/agent/threads", {
       query: { limit: String(limit), cursor: cursor ?? undefined },
     });
+  }
+
+  /** The caller's threads with a message matching `q` (400 when `q` has nothing to look for or is over 256 characters). */
+  searchThreads(q: string, cursor?: string | null, limit = 20): Promise<ThreadSearchPage> {
+    return this.request("GET", "/api/v1/agent/threads", {
+      query: { q, limit: String(limit), cursor: cursor ?? undefined },
+    });
+  }
+
+  /** Gives a thread a title (400 naming `/title` when empty or over 200 characters); answers it as the list shows it. */
+  renameThread(threadId: string, title: string): Promise<ThreadSummary> {
+    return this.request("PATCH", `/api/v1/agent/threads/${encodeURIComponent(threadId)}`, { body: { title } });
+  }
+
+  /** Erases a thread (204; 404 when the caller has no such thread; 503 may be retried, it is idempotent). */
+  async deleteThread(threadId: string): Promise<void> {
+    await this.request<null>("DELETE", `/api/v1/agent/threads/${encodeURIComponent(threadId)}`);
   }
 
   /** The latest page of the latest day (before `before`), or the page a day's `cursor` continues. */

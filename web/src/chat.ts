@@ -1,8 +1,8 @@
 // The chat's state and everything that changes it: sign-in, the thread list, history day by
 // day, uploads, runs streamed through AG-UI's HttpAgent (resumed after a drop or a reload),
-// prompts and their answers, and the runs other tabs and devices start on the open
-// conversation (its thread stream, thread.ts). The view (ui/) only reads `state` and `items`
-// and calls these methods.
+// prompts and their answers, the runs other tabs and devices start on the open conversation
+// (its thread stream, thread.ts), and the conversations' search, rename and delete. The view
+// (ui/) only reads `state` and `items` and calls these methods.
 //
 // Nothing shows twice. A run started in this tab (or joined after a reload) is streamed from its
 // own request (the AG-UI POST, or `runs/{runId}/events` with Last-Event-ID): its id is in
@@ -21,7 +21,7 @@ import { SwitchboardAgent, type ResumePoint } from "./agent";
 import { Api, ApiError } from "./api";
 import { session, tokenFromFragment } from "./session";
 import { taskOf, ThreadFeed, type FeedState, type ThreadFrame } from "./thread";
-import type { CustomValues, GeneratedFile, HistoryDay, HistoryMessage, Prompt, PromptInterrupt, StoredAttachment, ThreadSummary, UiSchemaRenderer } from "./types";
+import type { CustomValues, GeneratedFile, HistoryDay, HistoryMessage, Prompt, PromptInterrupt, StoredAttachment, ThreadSearchHit, ThreadSummary, UiSchemaRenderer } from "./types";
 import { compileHints } from "./uischema";
 import { checkSelection, FILE_TYPES, uploadError, uploadFile, type UploadPhase } from "./upload";
 
@@ -96,6 +96,24 @@ export interface Draft {
 
 export type RunStatus = "sending" | "streaming" | "reconnecting" | "stopping" | null;
 
+/** The search over the conversations: the box's text and what the server found for it. */
+export interface SearchState {
+  /** As typed; blank: no search, the thread list shows. */
+  query: string;
+  /** The threads found, best first; null until the first page for `query` came. */
+  hits: ThreadSearchHit[] | null;
+  cursor: string | null;
+  loading: boolean;
+  /** The server's message for a refused query (400), or why the search failed. */
+  error: string | null;
+}
+
+const NO_SEARCH: SearchState = { query: "", hits: null, cursor: null, loading: false, error: null };
+/** Typing pauses this long before a search goes. */
+const SEARCH_DEBOUNCE_MS = 250;
+/** Most earlier pages loaded to reach a message found by a search. */
+const REVEAL_PAGES = 30;
+
 export interface ViewState {
   token: string | null;
   signInError: string | null;
@@ -117,6 +135,9 @@ export interface ViewState {
   drafts: Draft[];
   composerErrors: string[];
   announcement: string;
+  search: SearchState;
+  /** The key of the message a search hit led to, shown highlighted. */
+  found: string | null;
 }
 
 const today = () => new Date().toLocaleDateString("en-CA");
@@ -143,6 +164,8 @@ export class Chat {
     drafts: [],
     composerErrors: [],
     announcement: "",
+    search: NO_SEARCH,
+    found: null,
   };
   private listeners = new Set<() => void>();
   private api: Api | null = null;
@@ -165,6 +188,10 @@ export class Chat {
   private watched: RunState | null = null;
   /** The open thread's first page of history (a snapshot of the thread is compared with it). */
   private historyLoaded: Promise<void> = Promise.resolve();
+  /** The pending search of the box's text, while typing goes on. */
+  private searchTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Bumped per search: the answer of an older one is dropped. */
+  private searchSeq = 0;
 
   subscribe(listener: () => void): () => void {
     this.listeners.add(listener);
@@ -230,7 +257,9 @@ export class Chat {
     this.api = null;
     this.agent = null;
     this.liveState = null;
-    this.set({ token: null, signInError: reason, threads: [], threadId: null, history: [], live: [], drafts: [], runStatus: null });
+    clearTimeout(this.searchTimer);
+    this.searchSeq += 1;
+    this.set({ token: null, signInError: reason, threads: [], threadId: null, history: [], live: [], drafts: [], runStatus: null, search: NO_SEARCH, found: null });
   }
 
   // ------------------------------------------------------------------ threads
@@ -253,7 +282,7 @@ export class Chat {
     const threadId = uuid();
     session.setThread(threadId);
     this.agent = new SwitchboardAgent(this.api!.token, threadId);
-    this.set({ threadId, history: [], live: [], oldestDay: null, dayCursor: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [] });
+    this.set({ threadId, history: [], live: [], oldestDay: null, dayCursor: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [], found: null });
     this.announce("New conversation");
   }
 
@@ -287,7 +316,7 @@ export class Chat {
     const live = session.live<Live>(threadId);
     this.liveState = live;
     this.ownRuns = new Set(live?.runIds ?? []);
-    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, dayCursor: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [] });
+    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, dayCursor: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [], found: null });
     const api = this.api;
     this.historyLoaded = (async () => {
       try {
@@ -329,6 +358,103 @@ export class Chat {
       if (generation !== this.generation) return;
       this.set({ historyLoading: false, historyError: `Could not load earlier messages: ${messageOf(error)}` });
     }
+  }
+
+  // ------------------------------------------------------------------ managing conversations
+
+  /** The search box changed: searches `text` once typing pauses; blank goes back to the list. */
+  search(text: string): void {
+    clearTimeout(this.searchTimer);
+    this.searchSeq += 1;
+    if (!text.trim()) {
+      this.set({ search: NO_SEARCH });
+      return;
+    }
+    this.set({ search: { ...this.state.search, query: text, loading: true } });
+    this.searchTimer = setTimeout(() => void this.runSearch(false), SEARCH_DEBOUNCE_MS);
+  }
+
+  /** The next page of the current search. */
+  moreResults(): void {
+    if (this.state.search.cursor && !this.state.search.loading) void this.runSearch(true);
+  }
+
+  private async runSearch(more: boolean): Promise<void> {
+    const api = this.api;
+    const { query, cursor, hits } = this.state.search;
+    if (!api || !query.trim()) return;
+    const seq = ++this.searchSeq;
+    this.set({ search: { ...this.state.search, loading: true, error: null } });
+    try {
+      const page = await api.searchThreads(query, more ? cursor : null);
+      if (seq !== this.searchSeq) return;
+      const found = more && hits ? [...hits, ...page.threads.filter((t) => !hits.some((h) => h.threadId === t.threadId))] : page.threads;
+      this.set({ search: { query, hits: found, cursor: page.nextCursor, loading: false, error: null } });
+      this.announce(found.length === 0 ? "No conversation matches" : `${found.length} ${found.length === 1 ? "conversation" : "conversations"} found`);
+    } catch (error) {
+      if (seq !== this.searchSeq) return;
+      // A refused query (nothing to look for, too long) says why in the server's words.
+      const message = error instanceof ApiError && error.status === 400 ? error.message : `Could not search: ${messageOf(error)}`;
+      this.set({ search: { query, hits: null, cursor: null, loading: false, error: message } });
+    }
+  }
+
+  /**
+   * Opens the thread of a search hit and shows its message: earlier days are loaded until it is
+   * there. The hit's day is a UTC day; the days shown are the browser's, which may start a day
+   * earlier, so the loading stops below that.
+   */
+  async openHit(hit: ThreadSearchHit): Promise<void> {
+    const opening = this.openThread(hit.threadId);
+    // Opening bumped the generation (synchronously): another thread opened meanwhile stops the loop.
+    const generation = this.generation;
+    await opening;
+    const floor = addDays(hit.day, -1);
+    for (let page = 0; generation === this.generation; page++) {
+      if (this.items.some((i) => i.key === hit.messageId)) {
+        this.set({ found: hit.messageId });
+        this.announce("Showing the message found");
+        return;
+      }
+      const { hasMore, oldestDay, historyError } = this.state;
+      if (page >= REVEAL_PAGES || !hasMore || historyError || !oldestDay || oldestDay < floor) break;
+      await this.loadEarlier();
+    }
+  }
+
+  /** Gives a listed thread a title; throws the server's refusal (`ApiError`, 400 naming `/title`, 404). */
+  async renameThread(threadId: string, title: string): Promise<void> {
+    if (!this.api) return;
+    const thread = await this.api.renameThread(threadId, title);
+    const { threads, search } = this.state;
+    this.set({
+      threads: threads.map((t) => (t.threadId === threadId ? { ...t, ...thread } : t)),
+      search: search.hits ? { ...search, hits: search.hits.map((h) => (h.threadId === threadId ? { ...h, title: thread.title } : h)) } : search,
+    });
+    this.announce(`Renamed to ${thread.title ?? title.trim()}`);
+  }
+
+  /**
+   * Erases a thread everywhere; it leaves the list and the search results, and if it is the
+   * open one, a new conversation takes its place. A 404 means it is gone already (deleted from
+   * another tab): the same outcome. Throws other failures (a 503 may be retried).
+   */
+  async deleteThread(threadId: string): Promise<void> {
+    if (!this.api) return;
+    try {
+      await this.api.deleteThread(threadId);
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 404)) throw error;
+    }
+    session.forget(threadId);
+    const { threads, search } = this.state;
+    this.set({
+      threads: threads.filter((t) => t.threadId !== threadId),
+      search: search.hits ? { ...search, hits: search.hits.filter((h) => h.threadId !== threadId) } : search,
+      titles: session.titles(),
+    });
+    if (this.state.threadId === threadId) this.newThread();
+    this.announce("Conversation deleted");
   }
 
   /** A day of `/history/blocks` as chat items; runs this tab still follows are left out. */
@@ -1055,6 +1181,12 @@ function generatedFile(file: GeneratedFile): FileRef {
 
 function isExpired(interrupt: PromptInterrupt): boolean {
   return interrupt.expiresAt !== undefined && new Date(interrupt.expiresAt).getTime() <= Date.now();
+}
+
+/** `day` (`YYYY-MM-DD`) moved by `n` days. */
+function addDays(day: string, n: number): string {
+  const [y, m, d] = day.split("-").map(Number);
+  return new Date(Date.UTC(y, m - 1, d + n)).toISOString().slice(0, 10);
 }
 
 function messageOf(error: unknown): string {

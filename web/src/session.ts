@@ -62,6 +62,14 @@ export const session = {
     titles[threadId] = title;
     write(TITLES, JSON.stringify(titles));
   },
+  /** Forgets what the tab kept of a thread that was deleted: its title and its run in flight. */
+  forget(threadId: string): void {
+    write(LIVE + threadId, null);
+    const titles = session.titles();
+    if (!(threadId in titles)) return;
+    delete titles[threadId];
+    write(TITLES, JSON.stringify(titles));
+  },
   clear(): void {
     try {
       sessionStorage.clear();

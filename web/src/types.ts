@@ -6,9 +6,11 @@ export interface ErrorEnvelope {
   error: { code: string; message: string; field?: string };
 }
 
-/** `GET /api/v1/agent/threads`. */
+/** A thread as `GET /api/v1/agent/threads` lists it (and `PATCH .../threads/{threadId}` answers it). */
 export interface ThreadSummary {
   threadId: string;
+  /** Given by its owner, else derived from its first user message; null until it has one. */
+  title: string | null;
   messageCount: number;
   createdAt: string;
   updatedAt: string;
@@ -16,6 +18,25 @@ export interface ThreadSummary {
 
 export interface ThreadPage {
   threads: ThreadSummary[];
+  nextCursor: string | null;
+}
+
+/** A thread found by `GET /api/v1/agent/threads?q=`, with its best matching message. */
+export interface ThreadSearchHit {
+  threadId: string;
+  title: string | null;
+  updatedAt: string;
+  /** The best matching message. */
+  messageId: string;
+  /** The day (UTC, `YYYY-MM-DD`) that message was written. */
+  day: string;
+  /** Text around the match, HTML-escaped, each match in `<mark>`…`</mark>`: see snippet.ts. */
+  snippet: string;
+}
+
+/** `GET /api/v1/agent/threads?q=`: the best matches first. */
+export interface ThreadSearchPage {
+  threads: ThreadSearchHit[];
   nextCursor: string | null;
 }
 

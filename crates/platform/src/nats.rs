@@ -520,6 +520,10 @@ async fn open_bucket(
     Ok(JsonKv { store })
 }
 
+/// How long the marker of an erased key ([`JsonKv::erase`]) stays: long enough for every
+/// watcher to hear of it.
+pub const ERASED_MARKER_TTL: Duration = Duration::from_secs(60);
+
 /// How long the marker of a released thread lock stays (then the lock's key is gone from the
 /// broker, instead of costing it memory for a day).
 const RELEASED_LOCK_TTL: Duration = Duration::from_secs(60);
@@ -871,6 +875,12 @@ impl JsonKv {
                 Ok(())
             }
         }
+    }
+
+    /// Erases `key`: every value it held goes, and the purge marker that tells watchers so goes
+    /// too, [`ERASED_MARKER_TTL`] later. Nothing is left of the key after that.
+    pub async fn erase(&self, key: &str) -> anyhow::Result<()> {
+        Ok(self.store.purge_with_ttl(key, ERASED_MARKER_TTL).await?)
     }
 
     /// Deletes `key`.

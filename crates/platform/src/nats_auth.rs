@@ -162,7 +162,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
     let runs_writes = |bucket: &str| bucket != agents && bucket != thread_state && bucket != tokens;
     let inbox = format!("{}.>", inbox_prefix(service));
     let permissions = match service {
-        // Answers resolve, sign, register and generated-upload; asks nothing.
+        // Answers resolve, sign, register, generated-upload and erase; asks nothing.
         "attachments" => Permissions {
             // Account info only: its readiness probe.
             publish: vec!["$JS.API.INFO".to_owned()],
@@ -181,24 +181,40 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.history_run_lookup_subject(),
                 names.history_thread_messages_subject(),
                 names.history_thread_rename_subject(),
+                names.history_thread_erase_subject(),
+                names.history_owner_erase_subject(),
+                names.threads_erased_subject(),
             ]
             .into_iter()
             .chain(streams())
             .chain(buckets(&runs_writes))
             .collect(),
-            subscribe: vec![inbox, names.run_events_live_subjects()],
+            subscribe: vec![
+                inbox,
+                names.run_events_live_subjects(),
+                names.threads_erased_subject(),
+            ],
             responds: false,
         },
         // Consumes runs and events into PostgreSQL, signs download links, says how far it is,
-        // finds runs by id and renames threads.
+        // finds runs by id, renames and erases threads and owners.
         "history" => Permissions {
-            // Deletes ended runs' tasks from RUNS (retention that follows consumption).
+            // Deletes ended runs' tasks from RUNS (retention that follows consumption); erases
+            // a thread's traces: its tasks and events (deleted, purged by subject), its keys in
+            // the run buckets (the agent catalog excepted), an erased owner's records in the
+            // budget buckets (purged by subject), and asks attachments to drop its files.
             publish: [
                 names.attachments_sign_subject(),
+                names.attachments_erase_subject(),
                 format!("$JS.API.STREAM.MSG.DELETE.{}", names.runs_stream()),
+                format!("$JS.API.STREAM.MSG.DELETE.{}", names.run_events_stream()),
+                format!("$JS.API.STREAM.PURGE.{}", names.run_events_stream()),
+                format!("$JS.API.STREAM.PURGE.KV_{}", names.owner_budgets_bucket()),
+                format!("$JS.API.STREAM.PURGE.KV_{}", names.owner_tokens_bucket()),
             ]
             .into_iter()
             .chain(streams())
+            .chain(buckets(&|bucket| bucket != agents))
             .collect(),
             subscribe: vec![
                 inbox,
@@ -206,6 +222,8 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.history_run_lookup_subject(),
                 names.history_thread_messages_subject(),
                 names.history_thread_rename_subject(),
+                names.history_thread_erase_subject(),
+                names.history_owner_erase_subject(),
             ],
             responds: true,
         },
@@ -384,19 +402,32 @@ mod tests {
                 &p.publish,
                 &format!("$JS.API.STREAM.PURGE.{}", names.runs_stream())
             ));
-            // Only history deletes single messages, and only of RUNS (ended runs' tasks).
+            // Only history deletes single messages (ended runs' tasks, an erased run's late
+            // events) and purges a run's events by subject (erasure); no one purges RUNS.
+            for stream in [names.runs_stream(), names.run_events_stream()] {
+                assert_eq!(
+                    allowed(&p.publish, &format!("$JS.API.STREAM.MSG.DELETE.{stream}")),
+                    service == "history",
+                    "{service}"
+                );
+            }
             assert_eq!(
                 allowed(
                     &p.publish,
-                    &format!("$JS.API.STREAM.MSG.DELETE.{}", names.runs_stream())
+                    &format!("$JS.API.STREAM.PURGE.{}", names.run_events_stream())
                 ),
                 service == "history",
                 "{service}"
             );
-            assert!(!allowed(
-                &p.publish,
-                &format!("$JS.API.STREAM.MSG.DELETE.{}", names.run_events_stream())
-            ));
+            // The agent catalog is the workers' alone: history erases no key of it.
+            assert_eq!(
+                allowed(
+                    &p.publish,
+                    &format!("$KV.{}.agent.x", names.agents_bucket())
+                ),
+                service == "worker",
+                "{service}"
+            );
         }
         assert!(permissions(&names, "gateway").is_none());
     }

@@ -8,6 +8,7 @@
 pub mod agents;
 pub mod agui;
 pub mod agui_files;
+pub mod erase;
 pub mod error;
 pub mod file_types;
 pub mod files;

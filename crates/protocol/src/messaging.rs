@@ -159,6 +159,29 @@ impl Names {
         format!("{}.history.thread-rename", self.prefix)
     }
 
+    /// Request/reply subject on which history erases an owner's thread everywhere (the runs
+    /// service serves `DELETE /api/v1/agent/threads/{threadId}`).
+    pub fn history_thread_erase_subject(&self) -> String {
+        format!("{}.history.thread-erase", self.prefix)
+    }
+
+    /// Request/reply subject on which history erases an owner (`DELETE /api/v1/agent/me`).
+    pub fn history_owner_erase_subject(&self) -> String {
+        format!("{}.history.owner-erase", self.prefix)
+    }
+
+    /// Request/reply subject on which attachments drops an owner's files of a session, or all
+    /// of them (asked by history as it erases a thread or an owner).
+    pub fn attachments_erase_subject(&self) -> String {
+        format!("{}.attachments.erase", self.prefix)
+    }
+
+    /// Core NATS subject on which the runs replica that erased a thread tells every replica
+    /// (payload: the thread's lock key, [`thread_lock_key`]): their streams of it end.
+    pub fn threads_erased_subject(&self) -> String {
+        format!("{}.threads.erased", self.prefix)
+    }
+
     fn bucket(&self, name: &str) -> String {
         format!(
             "{}_{name}",

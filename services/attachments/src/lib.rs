@@ -1,9 +1,11 @@
 //! The attachments service: owns the file records (its own schema) and the S3 bucket.
 //!
-//! Presigned uploads with verified, per-owner SHA-256 dedup, signed downloads, delete, and the
-//! NATS resolve endpoint the runs service admits attachments with.
+//! Presigned uploads with verified, per-owner SHA-256 dedup, signed downloads, delete, the
+//! NATS resolve endpoint the runs service admits attachments with, and erasure of an owner's
+//! files (of a thread, or all) for history.
 
 mod download;
+mod erase;
 mod file_name;
 mod form;
 pub mod limits;

@@ -1,6 +1,7 @@
 //! The request/reply endpoints on NATS (queue group `attachments`, one replica answers):
 //! resolve a URL or `content_url` to a verified file the caller owns, sign download URLs in
-//! bulk, and keep a file the agent generated (inline, or through a presigned upload when large).
+//! bulk, keep a file the agent generated (inline, or through a presigned upload when large), and
+//! erase an owner's files ([`crate::erase`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -462,11 +463,13 @@ impl Resolver {
         let resolve_subject = names.attachments_resolve_subject();
         let sign_subject = names.attachments_sign_subject();
         let upload_subject = names.attachments_generated_upload_subject();
+        let erase_subject = names.attachments_erase_subject();
         let mut subscriptions = Vec::new();
         for subject in [
             &resolve_subject,
             &sign_subject,
             &upload_subject,
+            &erase_subject,
             &names.attachments_register_subject(),
         ] {
             subscriptions.push(
@@ -479,16 +482,24 @@ impl Resolver {
             .take_until(shutdown.cancelled_owned())
             .for_each_concurrent(CONCURRENCY, |message| {
                 let client = client.clone();
-                let (this, names, resolve_subject, sign_subject, upload_subject) =
-                    (&self, &names, &resolve_subject, &sign_subject, &upload_subject);
+                let (this, names, resolve_subject, sign_subject, upload_subject, erase_subject) = (
+                    &self,
+                    &names,
+                    &resolve_subject,
+                    &sign_subject,
+                    &upload_subject,
+                    &erase_subject,
+                );
                 // The handler's span, a child of the caller's (runs admitting a run, history
-                // signing links, a worker storing a file).
+                // signing links or erasing files, a worker storing a file).
                 let span = if message.subject.as_str() == resolve_subject.as_str() {
                     tracing::info_span!("attachments.resolve.handle", otel.kind = "server")
                 } else if message.subject.as_str() == sign_subject.as_str() {
                     tracing::info_span!("attachments.sign.handle", otel.kind = "server")
                 } else if message.subject.as_str() == upload_subject.as_str() {
                     tracing::info_span!("attachments.generated_upload.handle", otel.kind = "server")
+                } else if message.subject.as_str() == erase_subject.as_str() {
+                    tracing::info_span!("attachments.erase.handle", otel.kind = "server")
                 } else {
                     tracing::info_span!("attachments.register.handle", otel.kind = "server")
                 };
@@ -512,6 +523,8 @@ impl Resolver {
                         this.answer_sign(&message.payload).await
                     } else if subject == upload_subject.as_str() {
                         this.answer_generated_upload(&message.payload).await
+                    } else if subject == erase_subject.as_str() {
+                        crate::erase::answer(&this.pool, &this.s3, &message.payload).await
                     } else {
                         this.answer_register(&message.payload).await
                     };

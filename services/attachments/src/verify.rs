@@ -510,7 +510,7 @@ pub(crate) mod tests {
     }
 
     /// A new database on the local PostgreSQL, migrated as the service migrates its own.
-    async fn local_pool() -> PgPool {
+    pub(crate) async fn local_pool() -> PgPool {
         let admin_url = var(
             "DATABASE_URL",
             "postgres://switchboard:switchboard-local@127.0.0.1:55432/switchboard",

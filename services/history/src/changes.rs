@@ -88,7 +88,7 @@ pub(crate) enum Change {
 
 /// When a run started, first showed output and ended, as far as one event tells: the store
 /// keeps the first of each.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Marks {
     /// `RUN_STARTED`.
     pub(crate) started_at: Option<DateTime<Utc>>,
@@ -96,6 +96,9 @@ pub(crate) struct Marks {
     pub(crate) first_output_at: Option<DateTime<Utc>>,
     /// The terminal event.
     pub(crate) ended_at: Option<DateTime<Utc>>,
+    /// The prompts a `RUN_FINISHED` stopped on (its interrupts' ids): what an erasure of the
+    /// thread removes from the prompts buckets.
+    pub(crate) prompt_ids: Option<Vec<String>>,
 }
 
 /// What `event` tells of its run's times.
@@ -110,12 +113,31 @@ pub(crate) fn marks(event: &RunEventV1) -> Marks {
             first_output_at: at,
             ..Marks::default()
         },
+        Event::RunFinished {
+            outcome: Some(outcome),
+            ..
+        } => Marks {
+            ended_at: at,
+            prompt_ids: interrupt_ids(outcome),
+            ..Marks::default()
+        },
         e if e.is_terminal() => Marks {
             ended_at: at,
             ..Marks::default()
         },
         _ => Marks::default(),
     }
+}
+
+/// The ids of an interrupt outcome's interrupts (`None`: no interrupt with an id).
+fn interrupt_ids(outcome: &Value) -> Option<Vec<String>> {
+    let ids: Vec<String> = outcome
+        .get("interrupts")?
+        .as_array()?
+        .iter()
+        .filter_map(|interrupt| interrupt.get("id")?.as_str().map(str::to_owned))
+        .collect();
+    (!ids.is_empty()).then_some(ids)
 }
 
 /// The run's usage as one entry per provider and model (a remote agent may report a model

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_nats::jetstream::{self, AckKind, consumer::pull};
+use async_nats::jetstream::{self, AckKind, consumer::pull, stream::Stream};
 use futures::StreamExt;
 use protocol::messaging::{
     HISTORY_EVENTS_CONSUMER, HISTORY_RUNS_CONSUMER, Names, RunEventMessage, RunTask,
@@ -27,6 +27,9 @@ pub(crate) type PullConsumer = jetstream::consumer::Consumer<pull::Config>;
 pub(crate) struct Ingest {
     runs: PullConsumer,
     events: PullConsumer,
+    /// The two streams, from which a message of an erased run is removed as it is dropped.
+    runs_stream: Stream,
+    events_stream: Stream,
     pool: PgPool,
 }
 
@@ -60,6 +63,8 @@ impl Ingest {
         Ok(Self {
             runs: durable(js, names.runs_stream(), HISTORY_RUNS_CONSUMER).await?,
             events: durable(js, names.run_events_stream(), HISTORY_EVENTS_CONSUMER).await?,
+            runs_stream: js.get_stream(names.runs_stream()).await?,
+            events_stream: js.get_stream(names.run_events_stream()).await?,
             pool,
         })
     }
@@ -85,34 +90,45 @@ impl Ingest {
         let pool = &self.pool;
         // A run's acceptance and its end are spans of the run's trace (its messages carry the
         // context); the events between are not (one span per streamed delta would bury it).
-        let runs = consume(&self.runs, shutdown.clone(), |message, seq| async move {
-            match serde_json::from_slice::<RunTask>(&message.payload) {
-                Ok(RunTask::V1(task)) => {
-                    let span = tracing::info_span!("history.ingest.run", task.id = %task.task_id);
-                    platform::telemetry::adopt_message_parent(&span, &message);
-                    Handled::from(
-                        store::record_accepted_run(pool, &task, seq)
-                            .instrument(span)
-                            .await,
-                    )
+        let runs = consume(
+            &self.runs,
+            &self.runs_stream,
+            shutdown.clone(),
+            |message, seq| async move {
+                match serde_json::from_slice::<RunTask>(&message.payload) {
+                    Ok(RunTask::V1(task)) => {
+                        let span =
+                            tracing::info_span!("history.ingest.run", task.id = %task.task_id);
+                        platform::telemetry::adopt_message_parent(&span, &message);
+                        Handled::from(
+                            store::record_accepted_run(pool, &task, seq)
+                                .instrument(span)
+                                .await,
+                        )
+                    }
+                    Err(err) => Handled::Undecodable(err),
                 }
-                Err(err) => Handled::Undecodable(err),
-            }
-        });
-        let events = consume(&self.events, shutdown, |message, _| async move {
-            match serde_json::from_slice::<RunEventMessage>(&message.payload) {
-                Ok(RunEventMessage::V1(event)) if event.event.is_terminal() => {
-                    let span =
-                        tracing::info_span!("history.ingest.run_end", task.id = %event.task_id);
-                    platform::telemetry::adopt_message_parent(&span, &message);
-                    Handled::from(store::apply_event(pool, &event).instrument(span).await)
+            },
+        );
+        let events = consume(
+            &self.events,
+            &self.events_stream,
+            shutdown,
+            |message, _| async move {
+                match serde_json::from_slice::<RunEventMessage>(&message.payload) {
+                    Ok(RunEventMessage::V1(event)) if event.event.is_terminal() => {
+                        let span =
+                            tracing::info_span!("history.ingest.run_end", task.id = %event.task_id);
+                        platform::telemetry::adopt_message_parent(&span, &message);
+                        Handled::from(store::apply_event(pool, &event).instrument(span).await)
+                    }
+                    Ok(RunEventMessage::V1(event)) => {
+                        Handled::from(store::apply_event(pool, &event).await)
+                    }
+                    Err(err) => Handled::Undecodable(err),
                 }
-                Ok(RunEventMessage::V1(event)) => {
-                    Handled::from(store::apply_event(pool, &event).await)
-                }
-                Err(err) => Handled::Undecodable(err),
-            }
-        });
+            },
+        );
         let (runs, events) = tokio::join!(runs, events);
         lag.iter().for_each(tokio::task::JoinHandle::abort);
         runs.and(events)
@@ -135,9 +151,11 @@ impl From<sqlx::Result<Outcome>> for Handled {
 }
 
 /// Processes one consumer's messages in order, one at a time, until shutdown; `handle` gets
-/// each message's payload and stream sequence.
+/// each message's payload and stream sequence. A message of an erased run is removed from
+/// `stream` as it is dropped.
 async fn consume<F, Fut>(
     consumer: &PullConsumer,
+    stream: &Stream,
     shutdown: CancellationToken,
     handle: F,
 ) -> anyhow::Result<()>
@@ -164,6 +182,14 @@ where
         let seq = message.info().map_or(0, |info| info.stream_sequence);
         let ack = match handle(message.message.clone(), seq).await {
             Handled::Done(Outcome::Written | Outcome::Duplicate) => message.ack().await,
+            Handled::Done(Outcome::Erased) => match crate::erase::delete_message(stream, seq).await
+            {
+                Ok(()) => message.ack().await,
+                Err(err) => {
+                    tracing::warn!(consumer = %name, error = format!("{err:#}"), "cannot remove an erased run's message, will retry");
+                    message.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await
+                }
+            },
             Handled::Done(Outcome::NotYet) => {
                 message.ack_with(AckKind::Nak(Some(NOT_YET_DELAY))).await
             }

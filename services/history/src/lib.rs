@@ -4,6 +4,7 @@
 //! messages in AG-UI form.
 
 mod changes;
+mod erase;
 mod ingest;
 mod lookup;
 mod progress;
@@ -16,6 +17,8 @@ mod store;
 mod thread_messages;
 mod thread_rename;
 mod usage;
+
+pub use erase::ThreadTtl;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,6 +54,10 @@ pub struct Config {
     /// How often ended runs are deleted from the RUNS stream (`SB_HISTORY_RUNS_SWEEP_SECS`,
     /// default 60; see `retention`).
     pub runs_sweep: std::time::Duration,
+    /// How long threads are kept after their last message (`SB_HISTORY_THREAD_TTL_DAYS`, 0 or
+    /// unset: for good; `SB_HISTORY_OWNER_THREAD_TTL_DAYS`, shorter ones by owner); swept as
+    /// often as the RUNS retention.
+    pub thread_ttl: ThreadTtl,
 }
 
 impl Config {
@@ -65,6 +72,14 @@ impl Config {
             runs_sweep: std::time::Duration::from_secs(
                 env.positive("SB_HISTORY_RUNS_SWEEP_SECS", 60)?.into(),
             ),
+            thread_ttl: ThreadTtl::new(
+                env.or("SB_HISTORY_THREAD_TTL_DAYS", 0)?,
+                env.raw("SB_HISTORY_OWNER_THREAD_TTL_DAYS"),
+            )
+            .map_err(|(name, reason)| ConfigError::Invalid {
+                name: name.to_owned(),
+                reason,
+            })?,
         })
     }
 }
@@ -96,11 +111,16 @@ pub struct Application {
     runs: async_nats::jetstream::stream::Stream,
     runs_keep: std::time::Duration,
     runs_sweep: std::time::Duration,
+    /// How long the RUNS stream keeps a run (and the tombstones of erased runs are kept).
+    runs_max_age: std::time::Duration,
     client: async_nats::Client,
     names: protocol::messaging::Names,
     pool: PgPool,
     /// Signs the file links of a thread's snapshot.
     signer: Arc<sign::UrlSigner>,
+    /// Erases threads and owners (on request, and the thread retention).
+    eraser: erase::Eraser,
+    thread_ttl: erase::ThreadTtl,
 }
 
 impl platform::service::Service for Application {
@@ -140,6 +160,18 @@ impl platform::service::Service for Application {
             .get_stream(config.nats.names.run_events_stream())
             .await
             .context("run events stream missing")?;
+        // Boxed: opening the buckets is a large future, and a test's whole platform is built
+        // inside one future on a thread's stack.
+        let buckets = Box::pin(platform::nats::ensure_run_buckets(&js, &config.nats)).await?;
+        let eraser = erase::Eraser::new(
+            pool.clone(),
+            client.clone(),
+            js.clone(),
+            config.nats.names.clone(),
+            (runs.clone(), events.clone()),
+            buckets,
+            ingest.runs_consumer(),
+        );
         let probes = vec![
             ("postgres", platform::db::probe(pool.clone())),
             ("nats", platform::nats::probe(js)),
@@ -160,10 +192,17 @@ impl platform::service::Service for Application {
             runs,
             runs_keep: retention::keep_after_end(&config.nats.limits),
             runs_sweep: config.runs_sweep,
+            runs_max_age: config
+                .nats
+                .limits
+                .runs_max_age
+                .max(config.nats.limits.events_max_age),
             client,
             names: config.nats.names.clone(),
             pool,
             signer,
+            eraser,
+            thread_ttl: config.thread_ttl,
         })
     }
 
@@ -184,6 +223,16 @@ impl platform::service::Service for Application {
             self.runs_sweep,
             shutdown.clone(),
         ));
+        // Threads past their time to live are erased, and the tombstones of erased runs kept
+        // as long as the streams may hold their messages (the RUNS stream's age, the longer).
+        tokio::spawn(erase::retain(
+            self.eraser.clone(),
+            self.thread_ttl,
+            self.runs_max_age,
+            self.runs_sweep,
+            shutdown.clone(),
+        ));
+        let erasures = erase::serve(self.eraser, shutdown.clone());
         let lookup = lookup::serve(
             self.client.clone(),
             self.names.clone(),
@@ -209,19 +258,21 @@ impl platform::service::Service for Application {
             shutdown.clone(),
         );
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
-        let (http, ingested, progress, lookup, thread_messages, thread_rename) = tokio::join!(
+        let (http, ingested, progress, lookup, thread_messages, thread_rename, erasures) = tokio::join!(
             http,
             self.ingest.run(shutdown),
             progress,
             lookup,
             thread_messages,
-            thread_rename
+            thread_rename,
+            erasures
         );
         http.context("history HTTP server failed")?;
         progress.context("history progress endpoint failed")?;
         lookup.context("history run lookup endpoint failed")?;
         thread_messages.context("history thread messages endpoint failed")?;
         thread_rename.context("history thread rename endpoint failed")?;
+        erasures.context("history erasure endpoints failed")?;
         ingested
     }
 }

@@ -52,6 +52,7 @@ impl TestHistory {
             database_url: infra.fresh_database().await?,
             migrate_on_start: true,
             runs_sweep: std::time::Duration::from_secs(60),
+            thread_ttl: Default::default(),
         })
         .await?;
         let shutdown = CancellationToken::new();

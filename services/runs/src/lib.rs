@@ -144,7 +144,7 @@ pub(crate) struct SharedState {
     pub(crate) events: events::EventHub,
     /// Thread streams: a conversation's runs, live, on every device.
     pub(crate) threads: thread::Threads,
-    /// Renames threads (history keeps them).
+    /// Renames and erases threads, erases owners (history keeps them).
     pub(crate) thread_admin: thread_admin::ThreadAdmin,
     pub(crate) buckets: platform::nats::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
@@ -208,7 +208,8 @@ impl platform::service::Service for Application {
         let tokens = platform::tokens::TokenLedger::new(buckets.owner_tokens.clone());
         let agents_kv = buckets.agents.clone();
         let thread_client = client.clone();
-        let thread_admin = thread_admin::ThreadAdmin::new(client.clone(), names.clone());
+        let thread_admin =
+            thread_admin::ThreadAdmin::new(client.clone(), names.clone(), runs_stream.clone());
         let thread_runs = runs_stream.clone();
         let runs = Arc::new(status::RunDirectory::new(
             client,
@@ -224,7 +225,13 @@ impl platform::service::Service for Application {
         let events =
             events::EventHub::start(&hub_client, &js, names.clone(), shutdown.clone()).await?;
         let threads = thread::Threads::new(
-            thread::ThreadWatch::start(prompt_buckets.thread_locks.clone(), shutdown.clone()),
+            thread::ThreadWatch::start(
+                prompt_buckets.thread_locks.clone(),
+                thread_client
+                    .subscribe(names.threads_erased_subject())
+                    .await?,
+                shutdown.clone(),
+            ),
             events.clone(),
             prompt_buckets.clone(),
             thread_client,

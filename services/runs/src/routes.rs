@@ -55,7 +55,12 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .route(
             "/api/v1/agent/threads/{thread_id}",
-            axum::routing::patch(crate::thread_admin::rename_thread),
+            axum::routing::patch(crate::thread_admin::rename_thread)
+                .delete(crate::thread_admin::erase_thread),
+        )
+        .route(
+            "/api/v1/agent/me",
+            get(crate::thread_admin::whoami).delete(crate::thread_admin::erase_me),
         )
         .route("/api/v1/agent/ag-ui", post(ag_ui_run))
         .route("/v2/chat", post(chat))
@@ -90,6 +95,8 @@ pub(crate) enum ApiError {
     TooManyActive(platform::owner_set::Full),
     /// 404: no such run for this owner.
     NotFound,
+    /// 403 `forbidden`: the caller may not do this; names the field that asked for it.
+    Forbidden(&'static str, &'static str),
     /// 404: no message and no run of this owner on this thread.
     NoThread,
     /// 400: a thread stream's `Last-Event-ID` that is not one of its event ids (or names
@@ -235,6 +242,12 @@ impl IntoResponse for ApiError {
                 .into_response();
             }
             ApiError::NotFound => ErrorResponse::not_found("run"),
+            ApiError::Forbidden(field, message) => ErrorResponse::with_field(
+                StatusCode::FORBIDDEN,
+                ErrorCode::Forbidden,
+                message,
+                field,
+            ),
             ApiError::NoThread => ErrorResponse::not_found("thread"),
             ApiError::BadThreadCursor => ErrorResponse::with_field(
                 StatusCode::BAD_REQUEST,

@@ -160,9 +160,23 @@ impl RunDirectory {
         owner: &str,
         run_id: &str,
     ) -> anyhow::Result<Option<RunStatusRecord>> {
+        self.cancel_in(owner, run_id, None).await
+    }
+
+    /// [`Self::cancel`], of the run with this id on `thread_id` only when one is named (a run
+    /// id may be reused on another thread, whose run is then left alone).
+    pub(crate) async fn cancel_in(
+        &self,
+        owner: &str,
+        run_id: &str,
+        thread_id: Option<&str>,
+    ) -> anyhow::Result<Option<RunStatusRecord>> {
         let Some(current) = self.locate(owner, run_id).await? else {
             return Ok(None);
         };
+        if thread_id.is_some_and(|thread| thread != current.thread_id) {
+            return Ok(None);
+        }
         if current.status.is_terminal() {
             return Ok(Some(current)); // ended: nothing to cancel
         }

@@ -158,11 +158,26 @@ pub(crate) struct ThreadWatch {
 }
 
 impl ThreadWatch {
-    /// Watches `locks` until `shutdown` (watching again after an error).
-    pub(crate) fn start(locks: JsonKv, shutdown: CancellationToken) -> Self {
+    /// Watches `locks` until `shutdown` (watching again after an error); ends the readers of a
+    /// thread whose lock key comes on `erased` (a thread erased by some replica).
+    pub(crate) fn start(
+        locks: JsonKv,
+        erased: async_nats::Subscriber,
+        shutdown: CancellationToken,
+    ) -> Self {
         let watch = Self {
             readers: Arc::default(),
         };
+        let ends = watch.clone();
+        let until = shutdown.clone();
+        tokio::spawn(async move {
+            let mut erased = std::pin::pin!(erased.take_until(until.cancelled_owned()));
+            while let Some(message) = erased.next().await {
+                if let Ok(key) = std::str::from_utf8(&message.payload) {
+                    ends.end(key);
+                }
+            }
+        });
         let dispatch = watch.clone();
         tokio::spawn(async move {
             while !shutdown.is_cancelled() {
@@ -201,6 +216,17 @@ impl ThreadWatch {
             if senders.is_empty() {
                 readers.remove(key);
             }
+        }
+    }
+
+    /// Ends every reader of the thread with lock key `key`: its registration goes, so the
+    /// reader's wait for the next run ends, and with it the stream (after the run it follows,
+    /// which the erasure cancelled).
+    fn end(&self, key: &str) {
+        if let Ok(mut readers) = self.readers.lock()
+            && readers.remove(key).is_some()
+        {
+            tracing::info!("thread streams of an erased thread end");
         }
     }
 

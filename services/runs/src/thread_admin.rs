@@ -1,19 +1,30 @@
 //! Thread administration served by runs: `PATCH /api/v1/agent/threads/{threadId}` renames a
-//! thread. Every path under `/api/v1/agent/threads/` is routed to this service (it serves the
+//! thread, `DELETE` erases it, `DELETE /api/v1/agent/me` erases the caller (or, for an admin,
+//! `?owner=`). Every path under `/api/v1/agent/threads/` is routed to this service (it serves the
 //! thread stream), but threads are history's: the handler checks the request here, at the edge,
-//! and asks history over NATS (`<prefix>.history.thread-rename`), which renames the thread of
-//! that owner only and answers it as the thread list shows it. Another owner's thread is not
-//! found, exactly like a missing one: the owner is part of the question.
+//! and asks history over NATS (`<prefix>.history.thread-rename`, `thread-erase`, `owner-erase`),
+//! which acts on that owner's thread only. Another owner's thread is not found, exactly like a
+//! missing one: the owner is part of the question.
+//!
+//! An erasure cancels what still runs first: history names the runs that have not ended, this
+//! service cancels them (it owns cancel) and asks again until they have ended, for at most
+//! [`CANCEL_WAIT`]; then it asks history to erase anyway (a run that ends later has its last
+//! events dropped as they come). Once a thread is gone, every replica's streams of it end
+//! (`<prefix>.threads.erased`).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use async_nats::jetstream::stream::Stream;
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, header};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use platform::auth::Owner;
-use protocol::messaging::Names;
+use platform::auth::{Identity, Owner};
+use protocol::erase::{EraseReply, OwnerEraseRequest, ThreadEraseRequest};
+use protocol::messaging::{Names, thread_lock_key};
 use protocol::threads::{ThreadRenameReply, ThreadRenameRequest, ThreadSummary, parse_title};
 use protocol::validate::{Violation, ViolationKind};
 use serde_json::Value;
@@ -28,15 +39,117 @@ const MAX_BODY_BYTES: usize = 16 * 1024;
 /// Longest thread id accepted in a path.
 const MAX_THREAD_ID_CHARS: usize = 128;
 
-/// Asks history to rename threads.
+/// How long an erasure waits for the runs it cancelled to end before it erases anyway.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// How long one erasure request to history may take (a thread's files go with it).
+const ERASE_TIMEOUT: Duration = Duration::from_secs(40);
+/// The longest pause between two asks while runs end.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// Asks history to rename and erase threads, and to erase owners.
 pub(crate) struct ThreadAdmin {
     client: async_nats::Client,
     names: Names,
+    /// The RUNS stream: an erasure tells history how far runs were accepted.
+    runs: Stream,
+}
+
+/// What an erasure is of.
+enum Target<'a> {
+    Thread(&'a str),
+    Owner,
 }
 
 impl ThreadAdmin {
-    pub(crate) fn new(client: async_nats::Client, names: Names) -> Self {
-        Self { client, names }
+    pub(crate) fn new(client: async_nats::Client, names: Names, runs: Stream) -> Self {
+        Self {
+            client,
+            names,
+            runs,
+        }
+    }
+
+    /// Asks history to erase `target` of `owner`.
+    async fn ask_erase(
+        &self,
+        owner: &str,
+        target: &Target<'_>,
+        force: bool,
+    ) -> anyhow::Result<EraseReply> {
+        let runs_seq = self.runs.get_info().await?.state.last_sequence;
+        let (subject, payload) = match target {
+            Target::Thread(thread_id) => (
+                self.names.history_thread_erase_subject(),
+                serde_json::to_vec(&ThreadEraseRequest::V1 {
+                    owner: owner.to_owned(),
+                    thread_id: (*thread_id).to_owned(),
+                    runs_seq,
+                    force,
+                })?,
+            ),
+            Target::Owner => (
+                self.names.history_owner_erase_subject(),
+                serde_json::to_vec(&OwnerEraseRequest::V1 {
+                    owner: owner.to_owned(),
+                    runs_seq,
+                    force,
+                })?,
+            ),
+        };
+        let reply = platform::rpc::request(&self.client, subject, payload.into(), ERASE_TIMEOUT)
+            .await
+            .context("history did not answer an erasure")?;
+        Ok(serde_json::from_slice(&reply.payload)?)
+    }
+
+    /// Erases `target` of `owner`: cancels the runs history names as not ended (each once), asks
+    /// again until they have, and after [`CANCEL_WAIT`] erases regardless. History's answer:
+    /// erased (`V1`) or `NotFound`.
+    #[tracing::instrument(name = "runs.thread_admin.erase", skip_all)]
+    async fn erase(
+        &self,
+        directory: &crate::status::RunDirectory,
+        owner: &str,
+        target: Target<'_>,
+    ) -> anyhow::Result<EraseReply> {
+        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+        let mut cancelled = HashSet::new();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let force = tokio::time::Instant::now() >= deadline;
+            match self.ask_erase(owner, &target, force).await? {
+                EraseReply::Busy { runs } => {
+                    for run in runs {
+                        if cancelled.insert((run.thread_id.clone(), run.run_id.clone())) {
+                            directory
+                                .cancel_in(owner, &run.run_id, Some(&run.thread_id))
+                                .await?;
+                        }
+                    }
+                }
+                EraseReply::Behind if force => {
+                    anyhow::bail!("history has not written the latest runs yet")
+                }
+                EraseReply::Behind => {}
+                done => {
+                    if let (EraseReply::V1 { .. }, Target::Thread(thread_id)) = (&done, &target) {
+                        self.client
+                            .publish(
+                                self.names.threads_erased_subject(),
+                                thread_lock_key(owner, thread_id).into(),
+                            )
+                            .await?;
+                    }
+                    return Ok(done);
+                }
+            }
+            // Waiting for cancelled runs to end (their worker writes the end): ask again soon.
+            tokio::time::sleep(
+                pause.min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            )
+            .await;
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
     }
 
     /// Gives the owner's thread `title` (checked); the thread as listed, `None` when the owner
@@ -112,12 +225,7 @@ pub(crate) async fn rename_thread(
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::Json<ThreadSummary>, ApiError> {
-    if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
-        return Err(malformed(
-            "threadId",
-            "threadId must be 1 to 128 characters",
-        ));
-    }
+    check_thread_id(&thread_id)?;
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -145,6 +253,94 @@ pub(crate) async fn rename_thread(
         .map_err(ApiError::Unavailable)?
         .map(axum::Json)
         .ok_or(ApiError::NoThread)
+}
+
+/// `DELETE /api/v1/agent/threads/{threadId}`: erases the caller's thread from every store
+/// (cancelling its runs first); 204, or 404 when the caller has no such thread. Idempotent.
+pub(crate) async fn erase_thread(
+    State(state): State<AppState>,
+    owner: Owner,
+    Path(thread_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    check_thread_id(&thread_id)?;
+    match state
+        .thread_admin
+        .erase(&state.runs, owner.as_str(), Target::Thread(&thread_id))
+        .await
+        .map_err(ApiError::Unavailable)?
+    {
+        EraseReply::NotFound => Err(ApiError::NoThread),
+        _ => Ok(StatusCode::NO_CONTENT),
+    }
+}
+
+/// The query of `DELETE /api/v1/agent/me`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeQuery {
+    /// Another owner to erase (admin scope only).
+    owner: Option<String>,
+}
+
+/// `GET /api/v1/agent/me`: who the token says the caller is.
+pub(crate) async fn whoami(identity: Identity) -> axum::Json<Value> {
+    axum::Json(serde_json::json!({
+        "sub": identity.owner.as_str(),
+        "admin": identity.admin,
+    }))
+}
+
+/// `DELETE /api/v1/agent/me`: erases the caller (an admin: `?owner=<sub>`) from every store:
+/// every thread, every file, the owner's budgets. 204 once nothing is left; 202 with
+/// `{"status": "erasing", "threadsErased": n}` when the request's time ran out first (call
+/// again: it goes on where it stopped).
+pub(crate) async fn erase_me(
+    State(state): State<AppState>,
+    identity: Identity,
+    query: Result<Query<MeQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|err| malformed("owner", err.body_text()))?;
+    let owner = match query.owner {
+        None => identity.owner.as_str().to_owned(),
+        Some(_) if !identity.admin => {
+            return Err(ApiError::Forbidden(
+                "owner",
+                "erasing another owner needs the switchboard:admin scope",
+            ));
+        }
+        Some(other) if other.is_empty() || other.chars().count() > 256 => {
+            return Err(malformed("owner", "owner must be 1 to 256 characters"));
+        }
+        Some(other) => other,
+    };
+    match state
+        .thread_admin
+        .erase(&state.runs, &owner, Target::Owner)
+        .await
+        .map_err(ApiError::Unavailable)?
+    {
+        EraseReply::V1 {
+            more: true,
+            threads,
+            ..
+        } => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(serde_json::json!({"status": "erasing", "threadsErased": threads})),
+        )
+            .into_response()),
+        _ => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// A thread id in a path: 1 to 128 characters.
+fn check_thread_id(thread_id: &str) -> Result<(), ApiError> {
+    if thread_id.is_empty() || thread_id.chars().count() > MAX_THREAD_ID_CHARS {
+        return Err(malformed(
+            "threadId",
+            "threadId must be 1 to 128 characters",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ export function App({ chat }: { chat: Chat }) {
   const stick = useRef(true);
   const firstKey = useRef<string | null>(null);
   const lastHeight = useRef(0);
+  const revealed = useRef<string | null>(null);
   const items = chat.items;
 
   // Follow the conversation while the reader is at the bottom; keep the place when earlier
@@ -39,6 +40,19 @@ export function App({ chat }: { chat: Chat }) {
     lastHeight.current = el.scrollHeight;
   });
 
+  // The message a search hit led to: scrolled to once it is shown (and the view stops following
+  // the bottom, so the reader stays there).
+  useLayoutEffect(() => {
+    const key = state.found;
+    if (key === revealed.current) return;
+    const target = key ? scroller.current?.querySelector<HTMLElement>(`[data-key="${CSS.escape(key)}"]`) : null;
+    if (key && !target) return;
+    revealed.current = key;
+    if (!target) return;
+    stick.current = false;
+    target.scrollIntoView({ block: "center" });
+  });
+
   useEffect(() => {
     if (!drawer) return;
     const onKey = (e: KeyboardEvent) => e.key === "Escape" && setDrawer(false);
@@ -50,6 +64,7 @@ export function App({ chat }: { chat: Chat }) {
   if (!state.token) return <SignIn error={state.signInError} onSignIn={(t) => chat.signIn(t)} />;
 
   const prompt = chat.pendingPrompt;
+  const title = state.threadId ? (state.threads.find((t) => t.threadId === state.threadId)?.title ?? state.titles[state.threadId]) : undefined;
   return (
     <div class={`app${drawer ? " drawer-open" : ""}`}>
       <a class="skip" href="#message-text">
@@ -96,18 +111,28 @@ export function App({ chat }: { chat: Chat }) {
           hasMore={state.threadsCursor !== null}
           loading={state.threadsLoading}
           error={state.threadsError}
+          search={state.search}
           onOpen={(id) => {
             setDrawer(false);
             stick.current = true;
             void chat.openThread(id);
           }}
           onMore={() => void chat.loadThreads(true)}
+          onSearch={(text) => chat.search(text)}
+          onMoreResults={() => chat.moreResults()}
+          onOpenHit={(hit) => {
+            setDrawer(false);
+            stick.current = true;
+            void chat.openHit(hit);
+          }}
+          onRename={(id, title) => chat.renameThread(id, title)}
+          onDelete={(id) => chat.deleteThread(id)}
         />
       </nav>
       <div class="scrim" onClick={() => setDrawer(false)} aria-hidden="true" />
       <main id="main" class="conversation" aria-labelledby="conversation-title">
         <h2 id="conversation-title" class="visually-hidden">
-          {state.threadId ? (state.titles[state.threadId] ?? "Conversation") : "Conversation"}
+          {title ?? "Conversation"}
         </h2>
         <div
           class="scroller"
@@ -138,6 +163,7 @@ export function App({ chat }: { chat: Chat }) {
           )}
           <Messages
             items={items}
+            found={state.found}
             openFile={(file) => chat.downloadLink(file)}
             busy={state.runStatus !== null}
             onAnswer={(key, payload, label) => chat.answer(key, payload, label)}

@@ -8,6 +8,8 @@ import { UiCard } from "./UiCard";
 
 interface Props {
   items: ChatItem[];
+  /** The key of the message a search hit led to. */
+  found?: string | null;
   openFile: (file: FileRef) => Promise<string>;
   busy: boolean;
   onAnswer: (key: string, payload: unknown, label: string | null) => void;
@@ -56,7 +58,7 @@ function StepView({ step }: { step: Step }) {
   );
 }
 
-function Item({ item, openFile, busy, onAnswer, onExpire }: { item: ChatItem } & Omit<Props, "items">) {
+function Item({ item, found, openFile, busy, onAnswer, onExpire }: { item: ChatItem } & Omit<Props, "items">) {
   if (item.role === "prompt") {
     return (
       <li class="msg msg-prompt" data-key={item.key}>
@@ -73,7 +75,7 @@ function Item({ item, openFile, busy, onAnswer, onExpire }: { item: ChatItem } &
   }
   const who = item.role === "user" ? "You" : "Agent";
   return (
-    <li class={`msg msg-${item.role}`} data-key={item.key} data-run={item.runId} aria-busy={item.streaming ? "true" : undefined}>
+    <li class={`msg msg-${item.role}${item.key === found ? " msg-found" : ""}`} data-key={item.key} data-run={item.runId} aria-busy={item.streaming ? "true" : undefined}>
       <span class="visually-hidden">{who}:</span>
       {item.steps && item.steps.length > 0 && (
         <ol class="steps" aria-label="Steps">

@@ -3,10 +3,12 @@
 //! (`sqlx::query!` and friends; `scripts/sqlx-prepare.sh` refreshes the offline data in
 //! `services/history/.sqlx/` after a query or a migration changes).
 
+mod erase;
 mod read;
 mod retention;
 mod write;
 
+pub(crate) use erase::*;
 pub(crate) use read::*;
 pub(crate) use retention::*;
 pub(crate) use write::*;
@@ -22,6 +24,8 @@ pub(crate) enum Outcome {
     Duplicate,
     /// Depends on something not written yet (the run's user message, an earlier event).
     NotYet,
+    /// Of a run erased with its thread: dropped, and to be removed from its stream.
+    Erased,
 }
 
 /// Who wrote a message: the `messages.role` column (`messages_role_check`).

@@ -21,6 +21,9 @@ pub(crate) async fn record_accepted_run(
     runs_seq: u64,
 ) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
+    if erased_run(&mut tx, task.task_id).await? {
+        return Ok(Outcome::Erased); // a redelivery after its thread was erased
+    }
     let inserted = sqlx::query_scalar!(
         "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at, runs_seq, agent)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -289,7 +292,9 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     let mut tx = pool.begin().await?;
     let progress = sqlx::query_as!(
         Progress,
-        "SELECT last_event_seq, owner, accepted_at FROM run_progress WHERE task_id = $1 FOR UPDATE",
+        r#"SELECT p.last_event_seq, p.owner, p.accepted_at, e.task_id IS NOT NULL AS "erased!"
+             FROM run_progress p LEFT JOIN erased_runs e ON e.task_id = p.task_id
+            WHERE p.task_id = $1 FOR UPDATE OF p"#,
         event.task_id
     )
     .fetch_optional(&mut *tx)
@@ -298,10 +303,19 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         last_event_seq: last_seq,
         owner,
         accepted_at,
+        erased,
     }) = progress
     else {
-        return Ok(Outcome::NotYet);
+        // Not written yet, or erased with its thread (an event of a run that was ending).
+        return Ok(if erased_run(&mut tx, event.task_id).await? {
+            Outcome::Erased
+        } else {
+            Outcome::NotYet
+        });
     };
+    if erased {
+        return Ok(Outcome::Erased);
+    }
     if owner != event.owner {
         tracing::error!(task.id = %event.task_id, "event owner differs from the run's owner; ignored");
         return Ok(Outcome::Duplicate);
@@ -322,13 +336,15 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         "UPDATE run_progress SET last_event_seq = $2,
              started_at = coalesce(started_at, $3),
              first_output_at = coalesce(first_output_at, $4),
-             ended_at = coalesce(ended_at, $5)
+             ended_at = coalesce(ended_at, $5),
+             prompt_ids = coalesce($6, prompt_ids)
          WHERE task_id = $1",
         event.task_id,
         seq,
         marks.started_at,
         marks.first_output_at,
-        marks.ended_at
+        marks.ended_at,
+        marks.prompt_ids.as_deref()
     )
     .execute(&mut *tx)
     .await?;
@@ -341,6 +357,18 @@ struct Progress {
     last_event_seq: i64,
     owner: String,
     accepted_at: DateTime<Utc>,
+    /// The run is being erased with its thread.
+    erased: bool,
+}
+
+/// Whether the run was erased (`erased_runs`).
+async fn erased_run(tx: &mut Transaction<'_, Postgres>, task_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM erased_runs WHERE task_id = $1) AS "erased!""#,
+        task_id
+    )
+    .fetch_one(&mut **tx)
+    .await
 }
 
 /// One change, by the store function that makes it.
