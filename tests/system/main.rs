@@ -34,6 +34,8 @@ mod security;
 mod server_upload;
 mod streams;
 mod thread_erase;
+mod thread_fork;
+mod thread_retention;
 mod thread_search;
 mod thread_stream;
 mod threads;

@@ -402,6 +402,8 @@ async fn the_service_serves_its_openapi_document() {
         "/api/v1/agent/runs",
         "/api/v1/agent/runs/{runId}",
         "/api/v1/agent/runs/{runId}/cancel",
+        "/api/v1/agent/threads/{threadId}/fork",
+        "/api/v1/agent/me",
     ] {
         assert!(doc["paths"][path].is_object(), "documents {path}");
     }

@@ -57,6 +57,8 @@ const STEPS: &[&str] = &[
     "a conversation renamed in the list shows its new title, also after a reload",
     "a conversation deleted after its confirmation is gone from the list, also after a reload, and left when open",
     "a search of only punctuation, or too long, shows the server's message in place",
+    "a reply asked again streams in place of the old one, which stays as a previous version, also after a reload",
+    "a conversation branched from a message opens as a new conversation holding the messages up to it",
     "on a phone: no sideways scrolling, a drawer for the threads, prompts usable",
 ];
 
@@ -77,6 +79,8 @@ const SCREENSHOTS: &[&str] = &[
     "desktop-rename",
     "desktop-delete-confirm",
     "desktop-search-error",
+    "desktop-regenerate",
+    "desktop-branch",
     "phone-threads",
     "phone-conversation",
     "phone-prompt",

@@ -1084,6 +1084,146 @@ async function flow(browser) {
     expect((await error.count()) === 0, "the message goes with the query");
     expect((report.facts.pageErrors?.length ?? 0) === errorsBefore, `the page did not crash: ${JSON.stringify(report.facts.pageErrors)}`);
   });
+
+  // ------------------------------------------------------------ versions and branches
+  // A conversation whose reply is asked again (the old one kept as a previous version), then
+  // branched from the new reply into a conversation of its own; its original, once erased,
+  // can no longer be branched from.
+  const againText = `/slow ${words("again", 8)} ${tag}`;
+  const againReply = `You said: ${againText}`;
+  const auth = { headers: { Authorization: `Bearer ${TOKEN}` } };
+  let threadR = null;
+  let userKey = null;
+  let newKey = null;
+  /** The switcher on the reply `key` says `text` ("2 / 2"). */
+  const versionIs = (key, text) => page.waitForSelector(`.msg-assistant[data-key="${key}"] .versions .version-count:text-is("${text}")`);
+  const forkAnswer = (id) => page.waitForResponse((r) => r.request().method() === "POST" && new URL(r.url()).pathname === `/api/v1/agent/threads/${encodeURIComponent(id)}/fork`);
+
+  await step("a reply asked again streams in place of the old one, which stays as a previous version, also after a reload", async () => {
+    threadR = await newConversation(againText);
+    userKey = await page.locator(".messages .msg-user").last().getAttribute("data-key");
+    const oldReply = page.locator(".messages .msg-assistant").last();
+    const oldKey = await oldReply.getAttribute("data-key");
+    const oldRun = await oldReply.getAttribute("data-run");
+    let newRun = null;
+    const texts = await recordStream(page, async () => {
+      const [request] = await Promise.all([
+        page.waitForRequest((r) => r.method() === "POST" && r.url().endsWith("/api/v1/agent/ag-ui")),
+        oldReply.getByRole("button", { name: "Regenerate this reply" }).click(),
+      ]);
+      // The request of a new turn, with a new run id and the same user message, without the old reply.
+      const body = request.postDataJSON();
+      newRun = body.runId;
+      expect(newRun && newRun !== oldRun, `a new run id: ${newRun} (the old ${oldRun})`);
+      const sent = body.messages ?? [];
+      expect(
+        sent.length === 1 && sent[0].id === userKey && sent[0].role === "user" && sent[0].content === againText && body.threadId === threadR,
+        `the same user message alone: ${JSON.stringify(sent)}`,
+      );
+      // In its place: the new reply streams, the old one is put away, the switcher says 2 / 2.
+      await page.waitForSelector(`.msg-assistant[data-run="${newRun}"][aria-busy="true"] .msg-text`);
+      expect((await page.locator(`.msg[data-key="${oldKey}"]`).count()) === 0, "the old reply makes way for the new one");
+      await page.waitForSelector(`.msg-assistant[data-run="${newRun}"] .version-count:text-is("2 / 2")`);
+      await page.waitForFunction(() => /again4/.test([...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent ?? ""));
+      await shot(page, "desktop-regenerate");
+      await replyIs(page, againReply, 30_000);
+    });
+    const start = texts.findIndex((t) => !t.startsWith("You said:"));
+    const growing = texts.slice(start + 1).filter((t) => t.startsWith("You said:"));
+    expect(start >= 0 && growing.length >= 4, `the new reply grew in place: ${JSON.stringify(texts)}`);
+    expect(growing.every((t, i) => i === 0 || t.startsWith(growing[i - 1])), `each step extends the previous text: ${JSON.stringify(growing)}`);
+    const newReply = page.locator(".messages .msg-assistant").last();
+    newKey = await newReply.getAttribute("data-key");
+    expect(newKey !== oldKey && (await newReply.getAttribute("data-run")) === newRun, `a new reply: ${newKey} (the old ${oldKey})`);
+    const once = async (when) => {
+      expect((await page.locator(".messages .msg-user").count()) === 1, `${when}: the user message is shown once`);
+      expect((await page.locator(".messages .msg-assistant").count()) === 1, `${when}: one version of the reply at a time`);
+    };
+    await once("asked again");
+    await versionIs(newKey, "2 / 2");
+    // The previous version, and back.
+    await page.getByRole("button", { name: "Previous version" }).click();
+    await versionIs(oldKey, "1 / 2");
+    expect((await page.locator(`.msg[data-key="${newKey}"]`).count()) === 0, "the previous version takes the new one's place");
+    expect((await page.textContent(`.msg[data-key="${oldKey}"] .msg-text`)) === againReply, "the previous version keeps its text");
+    await once("the previous version");
+    await page.getByRole("button", { name: "Next version" }).click();
+    await versionIs(newKey, "2 / 2");
+    // After a reload, from history: the same, the old reply marked as replaced by the new run.
+    await page.reload();
+    await page.waitForSelector("html[data-ready] .thread-list");
+    await versionIs(newKey, "2 / 2");
+    await once("after a reload");
+    expect((await page.locator(`.msg[data-key="${oldKey}"]`).count()) === 0, "after a reload the previous version is put away");
+    await page.getByRole("button", { name: "Previous version" }).click();
+    await versionIs(oldKey, "1 / 2");
+    expect((await page.getAttribute(`.msg[data-key="${oldKey}"]`, "data-superseded")) === newRun, "history marks the old reply as replaced by the new run");
+    await page.getByRole("button", { name: "Next version" }).click();
+    await versionIs(newKey, "2 / 2");
+    const stored = await (await context.request.get(`${ORIGIN}/api/v1/agent/history/blocks?threadId=${encodeURIComponent(threadR)}`, auth)).json();
+    const metadata = Object.fromEntries(stored.messages.map((m) => [m.id, m.metadata]));
+    expect(stored.messages.filter((m) => m.id === userKey).length === 1, `history holds the user message once: ${stored.messages.map((m) => m.id)}`);
+    expect(metadata[oldKey]?.superseded_by === newRun && metadata[newKey]?.regenerates === userKey, `history's marks: ${JSON.stringify(metadata)}`);
+  });
+
+  await step("a conversation branched from a message opens as a new conversation holding the messages up to it", async () => {
+    expect(threadR && newKey, "the conversation asked again exists");
+    const later = `after the branch point ${tag}`;
+    await send(page, later);
+    await replyIs(page, `You said: ${later}`);
+    const titleR = await page.textContent(`.thread[data-thread="${threadR}"] .thread-title`);
+    const branchPoint = page.locator(`.msg-assistant[data-key="${newKey}"]`);
+    const [answer] = await Promise.all([forkAnswer(threadR), branchPoint.getByRole("button", { name: "Branch from here" }).click()]);
+    expect(answer.status() === 201, `the fork answered ${answer.status()}: ${await answer.text()}`);
+    expect(answer.request().postDataJSON()?.messageId === newKey, `the fork names the message: ${answer.request().postData()}`);
+    const thread = await answer.json();
+    const threadF = thread.threadId;
+    expect(threadF && threadF !== threadR && thread.title === titleR && typeof thread.updatedAt === "string", `the new thread: ${JSON.stringify(thread)}`);
+    // It opens, listed, holding the conversation as it stood at the message branched from (the
+    // previous version of the reply left out: no switcher).
+    await page.waitForFunction((id) => sessionStorage.getItem("sb.thread") === id, threadF);
+    await page.waitForSelector(`.thread.current[data-thread="${threadF}"]`);
+    await page.waitForSelector(`.forked-from[data-thread="${threadR}"]`);
+    await page.waitForSelector(`.msg-assistant[data-key="${newKey}"]`);
+    const shown = await transcript();
+    expect(
+      shown.length === 2 && shown[0].text === againText && shown[1].text === againReply,
+      `the messages up to the branch point: ${JSON.stringify(shown)}`,
+    );
+    expect(
+      (await page.locator(`.msg-assistant[data-key="${newKey}"] .versions`).count()) === 0,
+      "the branch holds one version of the reply",
+    );
+    // It goes on by itself.
+    const onward = `continued in the branch ${tag}`;
+    await send(page, onward);
+    await replyIs(page, `You said: ${onward}`);
+    expect(net.runs.at(-1)?.threadId === threadF, "the branch's turn runs on the branch");
+    await shot(page, "desktop-branch");
+    // The original is as it was; once erased, branching from it says why, in place.
+    await page.click(`.forked-from[data-thread="${threadR}"]`);
+    await page.waitForFunction((want) => [...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent === want, `You said: ${later}`);
+    const erased = await context.request.delete(`${ORIGIN}/api/v1/agent/threads/${encodeURIComponent(threadR)}`, auth);
+    expect(erased.status() === 204, `the original's delete answered ${erased.status()}`);
+    const [refused] = await Promise.all([forkAnswer(threadR), branchPoint.getByRole("button", { name: "Branch from here" }).click()]);
+    expect(refused.status() === 404, `a fork of an erased thread answered ${refused.status()}`);
+    const message = (await refused.json())?.error?.message;
+    const alert = branchPoint.locator(".fork-error[role=alert]");
+    await alert.waitFor();
+    expect(!!message && (await alert.textContent()).includes(message), `the server's message is shown: ${await alert.textContent()} (sent ${message})`);
+    expect((await page.evaluate(() => sessionStorage.getItem("sb.thread"))) === threadR, "a refused branch leaves the conversation open");
+    // After a reload the branch is listed and whole.
+    await page.reload();
+    await page.waitForSelector(`html[data-ready] .thread[data-thread="${threadF}"]`);
+    expect((await page.locator(`.thread[data-thread="${threadR}"]`).count()) === 0, "the original is gone");
+    await page.click(`.thread[data-thread="${threadF}"]`);
+    await page.waitForFunction((want) => [...document.querySelectorAll(".msg-assistant .msg-text")].at(-1)?.textContent === want, `You said: ${onward}`);
+    const whole = await transcript();
+    expect(
+      JSON.stringify(whole.map((m) => m.text)) === JSON.stringify([againText, againReply, onward, `You said: ${onward}`]),
+      `the branch after a reload: ${JSON.stringify(whole)}`,
+    );
+  });
   await context.close();
 
   // ------------------------------------------------------------ phone

@@ -4,6 +4,7 @@ import type {
   DownloadUrlAnswer,
   ErrorEnvelope,
   HistoryDay,
+  ThreadForkRequest,
   ThreadPage,
   ThreadSearchPage,
   ThreadSummary,
@@ -98,6 +99,16 @@ export class Api {
   /** Erases a thread (204; 404 when the caller has no such thread; 503 may be retried, it is idempotent). */
   async deleteThread(threadId: string): Promise<void> {
     await this.request<null>("DELETE", `/api/v1/agent/threads/${encodeURIComponent(threadId)}`);
+  }
+
+  /**
+   * A new thread holding the messages of `threadId` up to and with `messageId` (201, the new
+   * thread as the list shows it); 404 when the caller has no such thread, 422 naming
+   * `/messageId` when it holds no such message, 503 may be retried.
+   */
+  forkThread(threadId: string, messageId: string): Promise<ThreadSummary> {
+    const body: ThreadForkRequest = { messageId };
+    return this.request("POST", `/api/v1/agent/threads/${encodeURIComponent(threadId)}/fork`, { body });
   }
 
   /** The latest page of the latest day (before `before`), or the page a day's `cursor` continues. */

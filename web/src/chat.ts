@@ -1,8 +1,10 @@
 // The chat's state and everything that changes it: sign-in, the thread list, history day by
 // day, uploads, runs streamed through AG-UI's HttpAgent (resumed after a drop or a reload),
 // prompts and their answers, the runs other tabs and devices start on the open conversation
-// (its thread stream, thread.ts), and the conversations' search, rename and delete. The view
-// (ui/) only reads `state` and `items` and calls these methods.
+// (its thread stream, thread.ts), the conversations' search, rename and delete, and, on messages,
+// asking for a reply again (its previous versions kept, versions.ts) and branching a new
+// conversation from one. The view (ui/) only reads `state`, `items` and `rows` and calls these
+// methods.
 //
 // Nothing shows twice. A run started in this tab (or joined after a reload) is streamed from its
 // own request (the AG-UI POST, or `runs/{runId}/events` with Last-Event-ID): its id is in
@@ -24,6 +26,7 @@ import { taskOf, ThreadFeed, type FeedState, type ThreadFrame } from "./thread";
 import type { CustomValues, GeneratedFile, HistoryDay, HistoryMessage, Prompt, PromptInterrupt, StoredAttachment, ThreadSearchHit, ThreadSummary, UiSchemaRenderer } from "./types";
 import { compileHints } from "./uischema";
 import { checkSelection, FILE_TYPES, uploadError, uploadFile, type UploadPhase } from "./upload";
+import { versionOf, versionRows, type Row } from "./versions";
 
 /** A file shown as a chip: a user's attachment or a file the agent made. */
 export interface FileRef {
@@ -66,6 +69,10 @@ export interface ChatItem {
   day?: string | null;
   level?: "info" | "error";
   prompt?: PromptState;
+  /** A previous version of a reply: the id of the run that asked for it again. */
+  superseded?: string;
+  /** A message copied into this thread by a fork: the thread it comes from. */
+  forkedFrom?: string;
 }
 
 /** A run this tab follows: the last event it applied and whether the run is over. */
@@ -85,6 +92,8 @@ interface Live {
   runIds: string[];
   items: ChatItem[];
   run: RunState | null;
+  /** The user message whose reply `run` asks for again (its previous reply is a previous version). */
+  supersedes?: string;
 }
 
 export interface Draft {
@@ -138,6 +147,8 @@ export interface ViewState {
   search: SearchState;
   /** The key of the message a search hit led to, shown highlighted. */
   found: string | null;
+  /** The version of a reply the reader chose, by its user message's key (absent: the newest). */
+  versions: Record<string, number>;
 }
 
 const today = () => new Date().toLocaleDateString("en-CA");
@@ -166,6 +177,7 @@ export class Chat {
     announcement: "",
     search: NO_SEARCH,
     found: null,
+    versions: {},
   };
   private listeners = new Set<() => void>();
   private api: Api | null = null;
@@ -220,6 +232,16 @@ export class Chat {
     return [...history.filter((i) => !keys.has(i.key) && !(i.runId !== undefined && runs.has(i.runId))), ...live];
   }
 
+  /** The conversation as shown: one version of each reply (versions.ts). */
+  get rows(): Row[] {
+    return versionRows(this.items, this.state.versions, this.replacing);
+  }
+
+  /** The runs whose items are live: a reply they ask for again has its version before they show any. */
+  private get replacing(): Set<string> {
+    return new Set([...(this.liveState?.runIds ?? []), ...this.foreignRuns]);
+  }
+
   // ------------------------------------------------------------------ sign-in
 
   /** On load: a token from the sign-in link, or the one this tab already has. */
@@ -259,7 +281,7 @@ export class Chat {
     this.liveState = null;
     clearTimeout(this.searchTimer);
     this.searchSeq += 1;
-    this.set({ token: null, signInError: reason, threads: [], threadId: null, history: [], live: [], drafts: [], runStatus: null, search: NO_SEARCH, found: null });
+    this.set({ token: null, signInError: reason, threads: [], threadId: null, history: [], live: [], drafts: [], runStatus: null, search: NO_SEARCH, found: null, versions: {} });
   }
 
   // ------------------------------------------------------------------ threads
@@ -282,7 +304,7 @@ export class Chat {
     const threadId = uuid();
     session.setThread(threadId);
     this.agent = new SwitchboardAgent(this.api!.token, threadId);
-    this.set({ threadId, history: [], live: [], oldestDay: null, dayCursor: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [], found: null });
+    this.set({ threadId, history: [], live: [], oldestDay: null, dayCursor: null, hasMore: false, historyError: null, historyLoading: false, composerErrors: [], found: null, versions: {} });
     this.announce("New conversation");
   }
 
@@ -316,13 +338,16 @@ export class Chat {
     const live = session.live<Live>(threadId);
     this.liveState = live;
     this.ownRuns = new Set(live?.runIds ?? []);
-    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, dayCursor: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [], found: null });
+    this.set({ threadId, history: [], live: live?.items ?? [], oldestDay: null, dayCursor: null, hasMore: false, historyLoading: true, historyError: null, composerErrors: [], found: null, versions: {} });
     const api = this.api;
     this.historyLoaded = (async () => {
       try {
         const day = await api.historyDay(threadId);
         if (generation !== this.generation) return;
         this.set({ history: this.fromHistory(day), oldestDay: day.day, dayCursor: day.nextCursor ?? null, hasMore: day.hasMore, historyLoading: false });
+        // A reply this tab was asking again before the reload: history may not mark the one it
+        // replaces yet.
+        if (live?.supersedes && live.runIds[0]) this.supersede(live.supersedes, live.runIds[0]);
       } catch (error) {
         if (generation !== this.generation) return;
         if (error instanceof ApiError && error.status === 404) {
@@ -412,7 +437,10 @@ export class Chat {
     const floor = addDays(hit.day, -1);
     for (let page = 0; generation === this.generation; page++) {
       if (this.items.some((i) => i.key === hit.messageId)) {
-        this.set({ found: hit.messageId });
+        // A previous version of a reply: that version is shown.
+        const version = versionOf(this.items, hit.messageId, this.replacing);
+        const versions = version ? { ...this.state.versions, [version.turn]: version.index } : this.state.versions;
+        this.set({ found: hit.messageId, versions });
         this.announce("Showing the message found");
         return;
       }
@@ -457,6 +485,23 @@ export class Chat {
     this.announce("Conversation deleted");
   }
 
+  /**
+   * Branches a new conversation from the open one's message `messageId`: the server copies the
+   * messages up to and with it into a new thread, which is listed and opened. Throws the
+   * server's refusal (`ApiError`: 404 the thread is gone, 422 naming `/messageId` it holds no
+   * such message, 503 may be retried).
+   */
+  async forkThread(messageId: string): Promise<void> {
+    const from = this.state.threadId;
+    if (!this.api || !from) return;
+    const thread = await this.api.forkThread(from, messageId);
+    const title = thread.title ?? this.state.threads.find((t) => t.threadId === from)?.title ?? this.state.titles[from] ?? null;
+    if (title) session.setTitle(thread.threadId, title);
+    this.set({ threads: [thread, ...this.state.threads.filter((t) => t.threadId !== thread.threadId)], titles: session.titles() });
+    await this.openThread(thread.threadId);
+    this.announce(`Branched into a new conversation${title ? `: ${title}` : ""}`);
+  }
+
   /** A day of `/history/blocks` as chat items; runs this tab still follows are left out. */
   private fromHistory(day: HistoryDay): ChatItem[] {
     const skip = new Set(this.liveState?.runIds ?? []);
@@ -465,12 +510,16 @@ export class Chat {
     for (const message of day.messages) {
       const runId = message.metadata?.run_id;
       if (runId && skip.has(runId)) continue;
+      const marks: Partial<ChatItem> = {};
+      if (typeof message.metadata?.superseded_by === "string") marks.superseded = message.metadata.superseded_by;
+      const from = message.metadata?.forked_from?.threadId;
+      if (typeof from === "string") marks.forkedFrom = from;
       const text = message.content
         .filter((b): b is { type: "text"; text: string } => b.type === "text")
         .map((b) => b.text)
         .join("\n");
       if (message.role === "user") {
-        items.push({ key: message.id, role: "user", text, files: userFiles(message), runId, day: day.day });
+        items.push({ key: message.id, role: "user", text, files: userFiles(message), runId, day: day.day, ...marks });
       } else if (message.role === "tool" && message.toolCallId && steps.has(message.toolCallId)) {
         const step = steps.get(message.toolCallId)!;
         step.result = text;
@@ -478,7 +527,7 @@ export class Chat {
         step.status = "done";
         step.ui = message.uiSchema ?? null;
       } else {
-        const item: ChatItem = { key: message.id, role: "assistant", text, runId, day: day.day };
+        const item: ChatItem = { key: message.id, role: "assistant", text, runId, day: day.day, ...marks };
         if (message.role === "tool") item.text = `${message.metadata?.tool_name ?? "Tool"} returned: ${text}`;
         if (message.uiSchema) item.ui = [message.uiSchema];
         if (message.toolCalls?.length) {
@@ -576,6 +625,71 @@ export class Chat {
     agent.setMessages([{ id: messageId, role: "user", content } as RunAgentInput["messages"][number]]);
     void this.follow(run, { runId });
     return true;
+  }
+
+  /** Whether the last reply may be asked for again now. */
+  get canRegenerate(): boolean {
+    return !!this.agent && this.state.runStatus === null && !this.pendingPrompt;
+  }
+
+  /**
+   * Asks for the last reply again: a new run on the last user message, the same message (its
+   * id, text and files) and nothing after it, as a new turn is sent. The server keeps the old
+   * reply as a previous version (`superseded_by` the new run) and does not store the user
+   * message again; this tab marks the old reply so at once, and the new one streams in its place.
+   */
+  regenerate(): boolean {
+    const agent = this.agent;
+    const threadId = this.state.threadId;
+    if (!agent || !threadId || !this.canRegenerate) return false;
+    const turn = [...this.items].reverse().find((i) => i.role === "user" && !i.superseded);
+    if (!turn) return false;
+    const files = turn.files ?? [];
+    const content = files.length
+      ? [
+          ...(turn.text ? [{ type: "text" as const, text: turn.text }] : []),
+          ...files.map((f) => ({
+            type: f.mimeType?.startsWith("image/") ? ("image" as const) : ("document" as const),
+            source: { type: "url" as const, value: f.contentUrl!, mimeType: f.mimeType ?? "application/octet-stream" },
+          })),
+        ]
+      : turn.text;
+    const runId = uuid();
+    const run: RunState = { runId, cursor: 0, started: false, terminal: false };
+    this.ownRuns.add(runId);
+    this.settleLive();
+    this.supersede(turn.key, runId);
+    this.liveState = { threadId, runIds: [runId], run, items: [], supersedes: turn.key };
+    const { [turn.key]: _, ...versions } = this.state.versions;
+    this.set({ composerErrors: [], versions });
+    this.publishLive();
+    this.announce("Asking for the reply again");
+    agent.setMessages([{ id: turn.key, role: "user", content } as RunAgentInput["messages"][number]]);
+    void this.follow(run, { runId });
+    return true;
+  }
+
+  /** Shows version `index` (0: the oldest) of the reply to the user message `turn`. */
+  showVersion(turn: string, index: number, count: number): void {
+    this.set({ versions: { ...this.state.versions, [turn]: index } });
+    this.announce(`Version ${index + 1} of ${count}`);
+  }
+
+  /**
+   * Marks the items history shows after the user message `turn` (but those of `runId` and
+   * those `kept`) as a previous version, replaced by run `runId`, as history does.
+   */
+  private supersede(turn: string, runId: string, kept: ReadonlySet<string> = new Set()): void {
+    const history = this.state.history;
+    const at = history.findIndex((i) => i.key === turn && i.role === "user");
+    if (at < 0) return;
+    let changed = false;
+    const marked = history.map((item, n) => {
+      if (n <= at || item.superseded || item.runId === runId || kept.has(item.key)) return item;
+      changed = true;
+      return { ...item, superseded: runId };
+    });
+    if (changed) this.set({ history: marked });
   }
 
   /** Stop: asks the server to cancel; the stream then ends with RUN_ERROR `cancelled`. */
@@ -723,6 +837,10 @@ export class Chat {
       });
       if (status === 410 && this.liveState) this.liveState.runIds = this.liveState.runIds.filter((id) => id !== run.runId);
     } else {
+      if (starting && !run.started && this.state.history.some((i) => i.superseded === run.runId)) {
+        // A reply asked again that the server refused: the previous one is the reply still.
+        this.set({ history: this.state.history.map((i) => (i.superseded === run.runId ? { ...i, superseded: undefined } : i)) });
+      }
       this.pushNotice(run, "error", starting ? `Not sent: ${message}` : `The reply could not be followed: ${message}`);
     }
     this.announce(message);
@@ -902,7 +1020,14 @@ export class Chat {
     this.replayedRuns.add(runId);
     // From its first event (again, after a fresh snapshot): what was shown of it is replaced.
     live.items = live.items.filter((i) => i.runId !== runId);
-    for (const message of started.input?.messages ?? []) {
+    // A reply asked again elsewhere (its user message is shown, sent with an earlier run): what
+    // followed that message and the run's input leaves out is a previous version now.
+    const input = started.input?.messages ?? [];
+    const turn = [...input].reverse().find((m) => m.role === "user");
+    if (turn && !started.input?.resume?.length && this.state.history.some((i) => i.key === turn.id && i.role === "user" && i.runId !== runId)) {
+      this.supersede(turn.id, runId, new Set(input.map((m) => m.id)));
+    }
+    for (const message of input) {
       // A resent conversation's messages are shown already; the turn's own is new.
       if (message.role !== "user" || this.showsElsewhere(message.id, runId)) continue;
       const { text, files } = userTurn(message.content);

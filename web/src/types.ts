@@ -6,7 +6,10 @@ export interface ErrorEnvelope {
   error: { code: string; message: string; field?: string };
 }
 
-/** A thread as `GET /api/v1/agent/threads` lists it (and `PATCH .../threads/{threadId}` answers it). */
+/**
+ * A thread as `GET /api/v1/agent/threads` lists it (and `PATCH .../threads/{threadId}` and
+ * `POST .../threads/{threadId}/fork` answer it).
+ */
 export interface ThreadSummary {
   threadId: string;
   /** Given by its owner, else derived from its first user message; null until it has one. */
@@ -14,6 +17,11 @@ export interface ThreadSummary {
   messageCount: number;
   createdAt: string;
   updatedAt: string;
+}
+
+/** `POST /api/v1/agent/threads/{threadId}/fork`'s body: the last message the new thread holds. */
+export interface ThreadForkRequest {
+  messageId: string;
 }
 
 export interface ThreadPage {
@@ -81,6 +89,12 @@ export interface HistoryMessage {
     user_message_attachment_list?: StoredAttachment[];
     attachments?: GeneratedFile[];
     tool_name?: string;
+    /** A reply asked again: the id of the run whose reply replaced this message (kept as a previous version). */
+    superseded_by?: string;
+    /** A reply asked again: the id of the user message whose earlier reply this one replaced. */
+    regenerates?: string;
+    /** A message copied into a fork: the thread it was copied from. */
+    forked_from?: { threadId: string };
     [key: string]: unknown;
   };
   uiSchema?: UiSchemaRenderer | null;

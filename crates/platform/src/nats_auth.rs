@@ -162,7 +162,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
     let runs_writes = |bucket: &str| bucket != agents && bucket != thread_state && bucket != tokens;
     let inbox = format!("{}.>", inbox_prefix(service));
     let permissions = match service {
-        // Answers resolve, sign, register, generated-upload and erase; asks nothing.
+        // Answers resolve, sign, register, generated-upload, erase and link; asks nothing.
         "attachments" => Permissions {
             // Account info only: its readiness probe.
             publish: vec!["$JS.API.INFO".to_owned()],
@@ -183,6 +183,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.history_thread_rename_subject(),
                 names.history_thread_erase_subject(),
                 names.history_owner_erase_subject(),
+                names.history_thread_fork_subject(),
                 names.threads_erased_subject(),
             ]
             .into_iter()
@@ -206,6 +207,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             publish: [
                 names.attachments_sign_subject(),
                 names.attachments_erase_subject(),
+                names.attachments_link_subject(),
                 format!("$JS.API.STREAM.MSG.DELETE.{}", names.runs_stream()),
                 format!("$JS.API.STREAM.MSG.DELETE.{}", names.run_events_stream()),
                 format!("$JS.API.STREAM.PURGE.{}", names.run_events_stream()),
@@ -224,6 +226,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.history_thread_rename_subject(),
                 names.history_thread_erase_subject(),
                 names.history_owner_erase_subject(),
+                names.history_thread_fork_subject(),
             ],
             responds: true,
         },

@@ -37,6 +37,36 @@ pub enum AttachmentsEraseReply {
     },
 }
 
+/// Request on [`crate::messaging::Names::attachments_link_subject`]: link every file of the
+/// owner's session `from` to the session `to` as well (a fork of a thread holds its files too).
+/// Idempotent. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum AttachmentsLinkRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// Whose files.
+        owner: String,
+        /// The session whose files are linked.
+        from_session: String,
+        /// The session they are linked to.
+        to_session: String,
+    },
+}
+
+/// Answer to an [`AttachmentsLinkRequest`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum AttachmentsLinkReply {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// Links made now (a link that existed is not counted).
+        linked: u64,
+    },
+}
+
 /// Request on [`crate::messaging::Names::history_thread_erase_subject`]: erase one thread of
 /// the owner everywhere. Versioned by `v`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -176,6 +176,18 @@ impl Names {
         format!("{}.attachments.erase", self.prefix)
     }
 
+    /// Request/reply subject on which history forks an owner's thread (the runs service serves
+    /// `POST /api/v1/agent/threads/{threadId}/fork`).
+    pub fn history_thread_fork_subject(&self) -> String {
+        format!("{}.history.thread-fork", self.prefix)
+    }
+
+    /// Request/reply subject on which attachments links a session's files to another session
+    /// of the owner (asked by history as it forks a thread).
+    pub fn attachments_link_subject(&self) -> String {
+        format!("{}.attachments.link", self.prefix)
+    }
+
     /// Core NATS subject on which the runs replica that erased a thread tells every replica
     /// (payload: the thread's lock key, [`thread_lock_key`]): their streams of it end.
     pub fn threads_erased_subject(&self) -> String {

@@ -144,6 +144,47 @@ pub enum ThreadRenameReply {
     },
 }
 
+/// Request on [`crate::messaging::Names::history_thread_fork_subject`]: a new thread of the
+/// owner holding the messages of one of its threads up to (and with) one of them. Versioned by
+/// `v`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ThreadForkRequest {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1 {
+        /// The caller's `sub`: another owner's thread is never read (nor found).
+        owner: String,
+        /// The thread forked.
+        thread_id: String,
+        /// The last message the fork holds.
+        message_id: String,
+        /// The new thread's id (the caller's choice, or one it made).
+        new_thread_id: String,
+    },
+}
+
+/// Answer to a [`ThreadForkRequest`]. Versioned by `v`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v")]
+pub enum ThreadForkReply {
+    /// Version 1: the new thread, as the list shows it.
+    #[serde(rename = "1")]
+    V1 {
+        /// The fork.
+        thread: ThreadSummary,
+    },
+    /// The owner has no such thread.
+    #[serde(rename = "1-no-thread")]
+    NoThread,
+    /// The thread holds no message with that id.
+    #[serde(rename = "1-no-message")]
+    NoMessage,
+    /// The owner has a thread with the new id already.
+    #[serde(rename = "1-exists")]
+    Exists,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ mod erase;
 mod file_name;
 mod form;
 pub mod limits;
+mod link;
 pub mod policy;
 pub mod quota;
 mod resolve;

@@ -464,12 +464,14 @@ impl Resolver {
         let sign_subject = names.attachments_sign_subject();
         let upload_subject = names.attachments_generated_upload_subject();
         let erase_subject = names.attachments_erase_subject();
+        let link_subject = names.attachments_link_subject();
         let mut subscriptions = Vec::new();
         for subject in [
             &resolve_subject,
             &sign_subject,
             &upload_subject,
             &erase_subject,
+            &link_subject,
             &names.attachments_register_subject(),
         ] {
             subscriptions.push(
@@ -490,6 +492,7 @@ impl Resolver {
                     &upload_subject,
                     &erase_subject,
                 );
+                let link_subject = &link_subject;
                 // The handler's span, a child of the caller's (runs admitting a run, history
                 // signing links or erasing files, a worker storing a file).
                 let span = if message.subject.as_str() == resolve_subject.as_str() {
@@ -500,6 +503,8 @@ impl Resolver {
                     tracing::info_span!("attachments.generated_upload.handle", otel.kind = "server")
                 } else if message.subject.as_str() == erase_subject.as_str() {
                     tracing::info_span!("attachments.erase.handle", otel.kind = "server")
+                } else if message.subject.as_str() == link_subject.as_str() {
+                    tracing::info_span!("attachments.link.handle", otel.kind = "server")
                 } else {
                     tracing::info_span!("attachments.register.handle", otel.kind = "server")
                 };
@@ -525,6 +530,8 @@ impl Resolver {
                         this.answer_generated_upload(&message.payload).await
                     } else if subject == erase_subject.as_str() {
                         crate::erase::answer(&this.pool, &this.s3, &message.payload).await
+                    } else if subject == link_subject.as_str() {
+                        crate::link::answer(&this.pool, &message.payload).await
                     } else {
                         this.answer_register(&message.payload).await
                     };

@@ -5,6 +5,7 @@
 
 mod changes;
 mod erase;
+mod fork;
 mod ingest;
 mod lookup;
 mod progress;
@@ -233,6 +234,12 @@ impl platform::service::Service for Application {
             shutdown.clone(),
         ));
         let erasures = erase::serve(self.eraser, shutdown.clone());
+        let forks = fork::serve(
+            self.client.clone(),
+            self.names.clone(),
+            self.pool.clone(),
+            shutdown.clone(),
+        );
         let lookup = lookup::serve(
             self.client.clone(),
             self.names.clone(),
@@ -258,14 +265,15 @@ impl platform::service::Service for Application {
             shutdown.clone(),
         );
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
-        let (http, ingested, progress, lookup, thread_messages, thread_rename, erasures) = tokio::join!(
+        let (http, ingested, progress, lookup, thread_messages, thread_rename, erasures, forks) = tokio::join!(
             http,
             self.ingest.run(shutdown),
             progress,
             lookup,
             thread_messages,
             thread_rename,
-            erasures
+            erasures,
+            forks
         );
         http.context("history HTTP server failed")?;
         progress.context("history progress endpoint failed")?;
@@ -273,6 +281,7 @@ impl platform::service::Service for Application {
         thread_messages.context("history thread messages endpoint failed")?;
         thread_rename.context("history thread rename endpoint failed")?;
         erasures.context("history erasure endpoints failed")?;
+        forks.context("history fork endpoint failed")?;
         ingested
     }
 }

@@ -59,6 +59,10 @@ pub(crate) fn router(state: AppState) -> Router {
                 .delete(crate::thread_admin::erase_thread),
         )
         .route(
+            "/api/v1/agent/threads/{thread_id}/fork",
+            post(crate::thread_admin::fork_thread),
+        )
+        .route(
             "/api/v1/agent/me",
             get(crate::thread_admin::whoami).delete(crate::thread_admin::erase_me),
         )
@@ -99,6 +103,8 @@ pub(crate) enum ApiError {
     Forbidden(&'static str, &'static str),
     /// 404: no message and no run of this owner on this thread.
     NoThread,
+    /// 409: the owner has a thread with the id a fork asked for.
+    ThreadExists,
     /// 400: a thread stream's `Last-Event-ID` that is not one of its event ids (or names
     /// another thread's run).
     BadThreadCursor,
@@ -249,6 +255,12 @@ impl IntoResponse for ApiError {
                 field,
             ),
             ApiError::NoThread => ErrorResponse::not_found("thread"),
+            ApiError::ThreadExists => ErrorResponse::with_field(
+                StatusCode::CONFLICT,
+                ErrorCode::Conflict,
+                "you have a thread with this id already",
+                "/threadId",
+            ),
             ApiError::BadThreadCursor => ErrorResponse::with_field(
                 StatusCode::BAD_REQUEST,
                 ErrorCode::InvalidRequest,

@@ -25,7 +25,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use platform::auth::{Identity, Owner};
 use protocol::erase::{EraseReply, OwnerEraseRequest, ThreadEraseRequest};
 use protocol::messaging::{Names, thread_lock_key};
-use protocol::threads::{ThreadRenameReply, ThreadRenameRequest, ThreadSummary, parse_title};
+use protocol::threads::{
+    ThreadForkReply, ThreadForkRequest, ThreadRenameReply, ThreadRenameRequest, ThreadSummary,
+    parse_title,
+};
 use protocol::validate::{Violation, ViolationKind};
 use serde_json::Value;
 
@@ -67,6 +70,32 @@ impl ThreadAdmin {
             names,
             runs,
         }
+    }
+
+    /// Asks history to fork the owner's thread at `message_id` into `new_thread_id`.
+    #[tracing::instrument(name = "runs.thread_admin.fork", skip_all)]
+    async fn fork(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        message_id: &str,
+        new_thread_id: &str,
+    ) -> anyhow::Result<ThreadForkReply> {
+        let request = ThreadForkRequest::V1 {
+            owner: owner.to_owned(),
+            thread_id: thread_id.to_owned(),
+            message_id: message_id.to_owned(),
+            new_thread_id: new_thread_id.to_owned(),
+        };
+        let reply = platform::rpc::request(
+            &self.client,
+            self.names.history_thread_fork_subject(),
+            serde_json::to_vec(&request)?.into(),
+            RENAME_TIMEOUT * 2,
+        )
+        .await
+        .context("history did not answer a fork")?;
+        Ok(serde_json::from_slice(&reply.payload)?)
     }
 
     /// Asks history to erase `target` of `owner`.
@@ -226,25 +255,7 @@ pub(crate) async fn rename_thread(
     body: Body,
 ) -> Result<axum::Json<ThreadSummary>, ApiError> {
     check_thread_id(&thread_id)?;
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
-        return Err(ApiError::NotJson);
-    }
-    let body = Limited::new(body, MAX_BODY_BYTES)
-        .collect()
-        .await
-        .map_err(|err| {
-            if err.is::<LengthLimitError>() {
-                ApiError::TooLarge
-            } else {
-                malformed("", "the request body could not be read")
-            }
-        })?
-        .to_bytes();
+    let body = json_body(&headers, body).await?;
     let title = title_of(&body)?;
     state
         .thread_admin
@@ -272,6 +283,125 @@ pub(crate) async fn erase_thread(
         EraseReply::NotFound => Err(ApiError::NoThread),
         _ => Ok(StatusCode::NO_CONTENT),
     }
+}
+
+/// What a fork's body asks: the last message the fork holds, and its id if the client chose
+/// one.
+#[derive(Debug, PartialEq, Eq)]
+struct ForkBody {
+    message_id: String,
+    thread_id: Option<String>,
+}
+
+/// Longest message id a fork names.
+const MAX_MESSAGE_ID_CHARS: usize = 256;
+
+/// A fork's body: `{"messageId": "...", "threadId": "..."?}` and nothing else; 400 naming what
+/// is wrong.
+fn fork_body(body: &[u8]) -> Result<ForkBody, ApiError> {
+    let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(body) else {
+        return Err(malformed(
+            "",
+            "the body must be a JSON object such as {\"messageId\": \"...\"}",
+        ));
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|key| *key != "messageId" && *key != "threadId")
+    {
+        return Err(malformed(
+            &format!("/{unknown}"),
+            "a fork takes messageId and, optionally, threadId",
+        ));
+    }
+    let message_id = match fields.remove("messageId") {
+        Some(Value::String(id)) if !id.is_empty() && id.chars().count() <= MAX_MESSAGE_ID_CHARS => {
+            id
+        }
+        Some(_) => {
+            return Err(malformed(
+                "/messageId",
+                "messageId must be a string of 1 to 256 characters",
+            ));
+        }
+        None => return Err(malformed("/messageId", "messageId is required")),
+    };
+    let thread_id = match fields.remove("threadId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) if !id.is_empty() && id.chars().count() <= MAX_THREAD_ID_CHARS => {
+            Some(id)
+        }
+        Some(_) => {
+            return Err(malformed(
+                "/threadId",
+                "threadId must be a string of 1 to 128 characters",
+            ));
+        }
+    };
+    Ok(ForkBody {
+        message_id,
+        thread_id,
+    })
+}
+
+/// `POST /api/v1/agent/threads/{threadId}/fork` with `{"messageId": "..."}` (and the new
+/// thread's `threadId` if the client chooses it): a new thread holding the caller's thread's
+/// messages up to and with that message, and its files; 201 with the new thread as the list
+/// shows it. 404: no such thread; 422 naming `/messageId`: the thread holds no such message;
+/// 409 naming `/threadId`: the caller has a thread with that id already.
+pub(crate) async fn fork_thread(
+    State(state): State<AppState>,
+    owner: Owner,
+    Path(thread_id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_thread_id(&thread_id)?;
+    let body = json_body(&headers, body).await?;
+    let fork = fork_body(&body)?;
+    let new_thread_id = fork
+        .thread_id
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    match state
+        .thread_admin
+        .fork(owner.as_str(), &thread_id, &fork.message_id, &new_thread_id)
+        .await
+        .map_err(ApiError::Unavailable)?
+    {
+        ThreadForkReply::V1 { thread } => {
+            Ok((StatusCode::CREATED, axum::Json(thread)).into_response())
+        }
+        ThreadForkReply::NoThread => Err(ApiError::NoThread),
+        ThreadForkReply::NoMessage => Err(ApiError::Invalid(Violation {
+            kind: ViolationKind::Rule,
+            field: "/messageId".to_owned(),
+            message: "the thread holds no message with this id".to_owned(),
+        })),
+        ThreadForkReply::Exists => Err(ApiError::ThreadExists),
+    }
+}
+
+/// A JSON body of at most [`MAX_BODY_BYTES`] (415 when it is not JSON, 413 when larger).
+async fn json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError::NotJson);
+    }
+    Ok(Limited::new(body, MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|err| {
+            if err.is::<LengthLimitError>() {
+                ApiError::TooLarge
+            } else {
+                malformed("", "the request body could not be read")
+            }
+        })?
+        .to_bytes())
 }
 
 /// The query of `DELETE /api/v1/agent/me`.
@@ -352,6 +482,38 @@ mod tests {
             Err(ApiError::Invalid(violation)) => Some(violation.field),
             _ => None,
         }
+    }
+
+    #[test]
+    fn a_fork_body_names_a_message_and_maybe_the_new_thread_or_what_is_wrong() {
+        assert_eq!(
+            fork_body(br#"{"messageId": "m1"}"#).ok(),
+            Some(ForkBody {
+                message_id: "m1".into(),
+                thread_id: None
+            })
+        );
+        assert_eq!(
+            fork_body(br#"{"messageId": "m1", "threadId": "t2"}"#).ok(),
+            Some(ForkBody {
+                message_id: "m1".into(),
+                thread_id: Some("t2".into())
+            })
+        );
+        let field = |body: &str| match fork_body(body.as_bytes()) {
+            Err(ApiError::Invalid(violation)) => Some(violation.field),
+            _ => None,
+        };
+        assert_eq!(field("{}").as_deref(), Some("/messageId"));
+        assert_eq!(field(r#"{"messageId": ""}"#).as_deref(), Some("/messageId"));
+        assert_eq!(field(r#"{"messageId": 3}"#).as_deref(), Some("/messageId"));
+        let long = format!(r#"{{"messageId": "m", "threadId": "{}"}}"#, "t".repeat(129));
+        assert_eq!(field(&long).as_deref(), Some("/threadId"));
+        assert_eq!(
+            field(r#"{"messageId": "m", "at": 1}"#).as_deref(),
+            Some("/at")
+        );
+        assert_eq!(field("[]").as_deref(), Some(""));
     }
 
     #[test]

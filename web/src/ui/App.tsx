@@ -64,7 +64,10 @@ export function App({ chat }: { chat: Chat }) {
   if (!state.token) return <SignIn error={state.signInError} onSignIn={(t) => chat.signIn(t)} />;
 
   const prompt = chat.pendingPrompt;
-  const title = state.threadId ? (state.threads.find((t) => t.threadId === state.threadId)?.title ?? state.titles[state.threadId]) : undefined;
+  const titleOf = (threadId: string) => state.threads.find((t) => t.threadId === threadId)?.title ?? state.titles[threadId];
+  const title = state.threadId ? titleOf(state.threadId) : undefined;
+  // A branch: its copied messages name the conversation they come from.
+  const forkedFrom = items.find((i) => i.forkedFrom)?.forkedFrom;
   return (
     <div class={`app${drawer ? " drawer-open" : ""}`}>
       <a class="skip" href="#message-text">
@@ -152,6 +155,22 @@ export function App({ chat }: { chat: Chat }) {
               {state.historyError}
             </p>
           )}
+          {forkedFrom && (
+            <p class="forked-note">
+              Branched from{" "}
+              <button
+                type="button"
+                class="link-button forked-from"
+                data-thread={forkedFrom}
+                onClick={() => {
+                  stick.current = true;
+                  void chat.openThread(forkedFrom);
+                }}
+              >
+                {titleOf(forkedFrom) ?? "another conversation"}
+              </button>
+            </p>
+          )}
           {items.length === 0 && !state.historyLoading && (
             <div class="empty">
               <p>Start the conversation below.</p>
@@ -162,12 +181,23 @@ export function App({ chat }: { chat: Chat }) {
             </div>
           )}
           <Messages
-            items={items}
+            rows={chat.rows}
             found={state.found}
             openFile={(file) => chat.downloadLink(file)}
             busy={state.runStatus !== null}
+            canRegenerate={chat.canRegenerate}
             onAnswer={(key, payload, label) => chat.answer(key, payload, label)}
             onExpire={(key) => chat.promptExpired(key)}
+            onFork={async (messageId) => {
+              await chat.forkThread(messageId);
+              stick.current = true;
+              document.getElementById("message-text")?.focus();
+            }}
+            onRegenerate={() => {
+              stick.current = true;
+              chat.regenerate();
+            }}
+            onVersion={(turn, index, count) => chat.showVersion(turn, index, count)}
           />
         </div>
         <p class={`run-status${state.runStatus ? " active" : ""}`} data-status={state.runStatus ?? "idle"}>

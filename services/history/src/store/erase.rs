@@ -134,9 +134,11 @@ pub(crate) async fn delete_thread(
     )
     .fetch_optional(&mut *tx)
     .await?;
+    // The runs' tool calls, and those of copied messages (a fork's tasks have no run record).
     sqlx::query!(
         "DELETE FROM tool_calls WHERE task_id IN
-           (SELECT task_id FROM run_progress WHERE owner = $1 AND thread_id = $2)",
+           (SELECT task_id FROM run_progress WHERE owner = $1 AND thread_id = $2
+            UNION SELECT task_id FROM messages WHERE owner = $1 AND thread_id = $2)",
         owner,
         thread_id
     )

@@ -4,11 +4,13 @@
 //! `services/history/.sqlx/` after a query or a migration changes).
 
 mod erase;
+mod fork;
 mod read;
 mod retention;
 mod write;
 
 pub(crate) use erase::*;
+pub(crate) use fork::*;
 pub(crate) use read::*;
 pub(crate) use retention::*;
 pub(crate) use write::*;

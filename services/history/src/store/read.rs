@@ -477,7 +477,7 @@ pub(crate) struct AguiRow {
 }
 
 /// The thread's most recent `limit` messages before the run `task_id`, newest first: none of
-/// its own, none of a run accepted after it (RUNS stream sequence past `runs_seq`, or past
+/// its own, none superseded by a regenerated reply, none of a run accepted after it (RUNS stream sequence past `runs_seq`, or past
 /// `task_id`'s own when history holds that run; a task id of no run leaves out nothing more).
 pub(crate) async fn messages_before_run(
     pool: &PgPool,
@@ -499,6 +499,7 @@ pub(crate) async fn messages_before_run(
                       AND c.message_id = m.message_id) AS tool_calls
              FROM messages m
             WHERE m.owner = $1 AND m.thread_id = $2 AND m.task_id <> $3
+              AND NOT (m.metadata ? 'superseded_by')
               AND NOT EXISTS (SELECT 1 FROM run_progress r
                                WHERE r.task_id = m.task_id
                                  AND (r.runs_seq > $4

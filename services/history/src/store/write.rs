@@ -52,6 +52,12 @@ pub(crate) async fn record_accepted_run(
         tx.commit().await?;
         return Ok(Outcome::Written);
     };
+    if thread_holds(&mut tx, &task.owner, &task.input.thread_id, &user.id).await? {
+        // The turn is stored already: a run again on it (a retry, or a regenerated reply).
+        regenerate(&mut tx, task, &user.id).await?;
+        tx.commit().await?;
+        return Ok(Outcome::Written);
+    }
     let text = user.content.text();
     insert_message(
         &mut tx,
@@ -150,6 +156,11 @@ async fn record_conversation(
             continue;
         }
         unseen.push(resent);
+    }
+    if let Some(Message::User(user)) = new_turn.map(|at| &messages[at])
+        && !unseen.iter().any(|resent| resent.new_turn)
+    {
+        regenerate(tx, task, &user.id).await?;
     }
     let keep = within_run_bound(&unseen);
     let dropped = keep.iter().filter(|keep| !**keep).count();
@@ -292,7 +303,8 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     let mut tx = pool.begin().await?;
     let progress = sqlx::query_as!(
         Progress,
-        r#"SELECT p.last_event_seq, p.owner, p.accepted_at, e.task_id IS NOT NULL AS "erased!"
+        r#"SELECT p.last_event_seq, p.owner, p.accepted_at, p.regenerates,
+                  e.task_id IS NOT NULL AS "erased!"
              FROM run_progress p LEFT JOIN erased_runs e ON e.task_id = p.task_id
             WHERE p.task_id = $1 FOR UPDATE OF p"#,
         event.task_id
@@ -303,6 +315,7 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         last_event_seq: last_seq,
         owner,
         accepted_at,
+        regenerates,
         erased,
     }) = progress
     else {
@@ -327,7 +340,12 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     if seq > last_seq + 1 {
         return Ok(Outcome::NotYet);
     }
-    for change in changes(event, accepted_at) {
+    for mut change in changes(event, accepted_at) {
+        if let (Change::EnsureAssistant { metadata, .. }, Some(user_message_id)) =
+            (&mut change, &regenerates)
+        {
+            metadata["regenerates"] = Value::String(user_message_id.clone());
+        }
         apply(&mut tx, event, change).await?;
     }
     // The run's first start, output and end stay (a redelivered run starts again).
@@ -357,6 +375,8 @@ struct Progress {
     last_event_seq: i64,
     owner: String,
     accepted_at: DateTime<Utc>,
+    /// The user message whose reply the run regenerates.
+    regenerates: Option<String>,
     /// The run is being erased with its thread.
     erased: bool,
 }
@@ -616,6 +636,55 @@ struct NewMessage<'a> {
 }
 
 /// Whether the thread holds a message with this id (of any run).
+/// A run on a user message the thread holds already: if the thread has messages after it that
+/// the run's input leaves out (the client dropped the reply to ask again), they are superseded
+/// by this run (`metadata.superseded_by`, the run id; kept, and shown as a previous version) and
+/// the run's own messages are marked `regenerates` (`run_progress.regenerates`). A continuation
+/// (an answered prompt) or an AG-UI client resending the whole conversation supersedes nothing.
+async fn regenerate(
+    tx: &mut Transaction<'_, Postgres>,
+    task: &RunTaskV1,
+    user_message_id: &str,
+) -> sqlx::Result<()> {
+    if task.resumed.is_some() {
+        return Ok(());
+    }
+    let resent: Vec<String> = task
+        .input
+        .messages
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    let superseded = sqlx::query!(
+        r#"UPDATE messages SET metadata = metadata || jsonb_build_object('superseded_by', $5::text)
+            WHERE owner = $1 AND thread_id = $2
+              AND seq > (SELECT max(seq) FROM messages
+                          WHERE owner = $1 AND thread_id = $2 AND message_id = $3
+                            AND role = 'user')
+              AND NOT (metadata ? 'superseded_by')
+              AND message_id <> ALL($4)"#,
+        task.owner,
+        task.input.thread_id,
+        user_message_id,
+        &resent,
+        task.input.run_id
+    )
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if superseded > 0 {
+        sqlx::query!(
+            "UPDATE run_progress SET regenerates = $2 WHERE task_id = $1",
+            task.task_id,
+            user_message_id
+        )
+        .execute(&mut **tx)
+        .await?;
+        metrics::counter!("switchboard_history_replies_regenerated_total").increment(1);
+    }
+    Ok(())
+}
+
 async fn thread_holds(
     tx: &mut Transaction<'_, Postgres>,
     owner: &str,
