@@ -8,7 +8,7 @@
 #                             replicas, a NATS user per service), two replicas of each service
 #
 # SB_WORKER_AGENTS_FILE=path/agents.toml scripts/up.sh: the workers also relay to the remote
-# AG-UI agents that file configures (README, "Bring your own agent").
+# AG-UI agents that file configures (docs/agents.md, "Bring your own agent").
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 

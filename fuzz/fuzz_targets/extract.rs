@@ -1,6 +1,7 @@
 //! Fuzz target: untrusted attachment bytes through `extract::extract` (crate
 //! `switchboard-extract`), for every MIME type it knows.
-//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run extract -- -max_total_time=60 -timeout=30` (see README).
+//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run extract -- -max_total_time=60 -timeout=30`
+//! (see docs/testing.md).
 //!
 //! Byte 0 picks the declared type: below 0x80 a MIME type of `TYPES`, from 0x80 on
 //! `application/octet-stream` with a file name whose extension is the fallback (`EXTENSIONS`).

@@ -1,6 +1,6 @@
 //! Fuzz target: an untrusted file reference, `switchboard_protocol::files::parse_file_url`
 //! (`s3://bucket/key`, a presigned path-style S3 URL, a Supabase signed URL).
-//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run file_url -- -max_total_time=60` (see README).
+//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run file_url -- -max_total_time=60` (see docs/testing.md).
 //!
 //! Properties (exactly what the function promises, no more): it never panics; an accepted URL
 //! is at most `MAX_FILE_URL_LEN` bytes, had no `%2e` (dot segments are refused, not resolved),

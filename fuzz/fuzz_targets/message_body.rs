@@ -1,6 +1,7 @@
 //! Fuzz target: untrusted `MessageBody` and `MessageBodySchema` JSON
 //! (`switchboard_protocol::message_body`), and the checks run on them.
-//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run message_body -- -max_total_time=60` (see README).
+//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run message_body -- -max_total_time=60`
+//! (see docs/testing.md).
 //!
 //! The input is split at `0xFF` bytes (never part of UTF-8 JSON) into up to three documents;
 //! each is parsed as a body and as a schema. Properties:

@@ -1,6 +1,6 @@
 //! Fuzz target: an untrusted `multipart/form-data` upload body, as the attachments service's
 //! `POST /api/v1/agent/attachments` reads it.
-//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run multipart -- -max_total_time=60` (see README).
+//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run multipart -- -max_total_time=60` (see docs/testing.md).
 //!
 //! A PARSER-LEVEL target: the service's form reader (`receive` in
 //! `services/attachments/src/server_upload.rs`, and `base_name` / `key_name` for the file name)

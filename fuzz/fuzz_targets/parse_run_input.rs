@@ -1,5 +1,6 @@
 //! Fuzz target: parse + validate of an untrusted `POST /api/v1/agent/runs` body.
-//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run parse_run_input -- -max_total_time=60` (see README).
+//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run parse_run_input -- -max_total_time=60`
+//! (see docs/testing.md).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! Fuzz target: one untrusted WebSocket message, `switchboard_protocol::ws::parse_inbound`.
-//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run ws_inbound -- -max_total_time=60` (see README).
+//! Run: `RUSTC_BOOTSTRAP=1 cargo fuzz run ws_inbound -- -max_total_time=60` (see docs/testing.md).
 //!
 //! The bytes are read as UTF-8 when they are (a text frame), else converted lossily, so every
 //! input reaches the parser. Properties: it never panics; whatever it accepts satisfies the

@@ -107,7 +107,7 @@ nats_bin() {
 
 database_url() { echo "postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/${1:-switchboard}"; }
 
-# The environment every service reads (see README, "Configuration").
+# The environment every service reads (see docs/configuration.md).
 service_env() {
   cat <<ENV
 SB_NATS_URL=nats://127.0.0.1:$NATS_PORT

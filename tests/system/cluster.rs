@@ -169,7 +169,9 @@ async fn follow(http: reqwest::Client, gateway: String, token: String, run_id: S
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     while tokio::time::Instant::now() < deadline {
         let mut request = http
-            .get(format!("{gateway}/api/v1/agent/runs/{run_id}/events"))
+            .get(format!(
+                "{gateway}/api/v1/agent/runs/{run_id}/events?compact=false"
+            ))
             .bearer_auth(&token);
         if let Some(last) = followed.ids.last() {
             request = request.header("Last-Event-ID", last.to_string());

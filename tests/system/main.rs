@@ -27,6 +27,7 @@ mod owner_budget;
 mod partition;
 mod remote_agent_faults;
 mod remote_agents;
+mod replay;
 mod resilience;
 mod run_contract;
 mod runs_retention;

@@ -109,7 +109,9 @@ async fn follow(
             retries.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         let mut request = http
-            .get(format!("{gateway}/api/v1/agent/runs/{run_id}/events"))
+            .get(format!(
+                "{gateway}/api/v1/agent/runs/{run_id}/events?compact=false"
+            ))
             .bearer_auth(&token);
         if let Some((last, _)) = followed.events.last() {
             request = request.header("Last-Event-ID", last.to_string());
@@ -720,7 +722,10 @@ async fn under_load_a_partitioned_nats_node_and_a_restarted_postgres_lose_no_run
             );
         }
         let response = http
-            .get(format!("{gateway}/api/v1/agent/runs/{}/events", run.run_id))
+            .get(format!(
+                "{gateway}/api/v1/agent/runs/{}/events?compact=false",
+                run.run_id
+            ))
             .bearer_auth(&run.token)
             .send()
             .await

@@ -465,7 +465,9 @@ async fn events_of(
     limit: Option<usize>,
 ) -> Vec<Value> {
     let response = http
-        .get(format!("{runs}/api/v1/agent/runs/{run}/events"))
+        .get(format!(
+            "{runs}/api/v1/agent/runs/{run}/events?compact=false"
+        ))
         .bearer_auth(token)
         .send()
         .await

@@ -100,13 +100,14 @@ impl Fixture {
         data(read_sse(response, None).await.unwrap())
     }
 
-    /// `GET /api/v1/agent/runs/{run}/events`: the first `limit` events, or all of them.
+    /// `GET /api/v1/agent/runs/{run}/events?compact=false`: the first `limit` events as the log
+    /// stores them, or all of them.
     async fn events(&self, run: &str, limit: Option<usize>) -> Vec<Value> {
         let response = self
             .platform
             .http
             .get(format!(
-                "{}/api/v1/agent/runs/{run}/events",
+                "{}/api/v1/agent/runs/{run}/events?compact=false",
                 self.platform.urls.runs
             ))
             .bearer_auth(&self.token)

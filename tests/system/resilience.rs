@@ -98,11 +98,12 @@ async fn a_worker_killed_mid_run_ends_the_run_failed_after_its_events_with_nothi
             .is_some_and(|e| e.contains("stopped")),
         "{status}"
     );
-    // The log: what the first worker published, then one RUN_ERROR; no event twice.
+    // The log (every event as stored): what the first worker published, then one RUN_ERROR;
+    // no event twice.
     let response = platform
         .http
         .get(format!(
-            "{}/api/v1/agent/runs/lost/events",
+            "{}/api/v1/agent/runs/lost/events?compact=false",
             platform.urls.runs
         ))
         .bearer_auth(&alice)

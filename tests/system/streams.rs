@@ -110,10 +110,13 @@ async fn a_stream_cut_mid_run_resumes_on_another_replica_with_nothing_lost_or_re
     let before = read_sse(first, Some(4)).await.unwrap();
     assert_eq!(ids(&before), [1, 2, 3, 4]);
     let cursor = before.last().unwrap().id.clone().unwrap();
-    // Second replica: resume after the last event received.
+    // Second replica: resume after the last event received (every event as stored: the
+    // halves are compared event by event; compacted resumes are tests/system/replay.rs's).
     let second = platform
         .http
-        .get(format!("{replica}/api/v1/agent/runs/cut/events"))
+        .get(format!(
+            "{replica}/api/v1/agent/runs/cut/events?compact=false"
+        ))
         .bearer_auth(&alice)
         .header("last-event-id", &cursor)
         .send()
@@ -133,7 +136,9 @@ async fn a_stream_cut_mid_run_resumes_on_another_replica_with_nothing_lost_or_re
     // The whole log, read afresh once the run ended, is exactly what the two halves gave.
     let whole = platform
         .http
-        .get(format!("{replica}/api/v1/agent/runs/cut/events"))
+        .get(format!(
+            "{replica}/api/v1/agent/runs/cut/events?compact=false"
+        ))
         .bearer_auth(&alice)
         .send()
         .await

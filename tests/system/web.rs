@@ -3,7 +3,9 @@
 //! `web/e2e/run.mjs` (playwright-core) against the four services; a second browser context on the
 //! same conversation (another tab or device) follows it through the thread stream. Needs `node`,
 //! `/usr/bin/chromium`, `web/node_modules` and `web/dist` (`scripts/test.sh` installs and
-//! builds them); without them this test fails. Saves its screenshots to `docs/screenshots/`.
+//! builds them); without them this test fails. Saves its screenshots to `.data/screenshots/`
+//! (`$SB_DATA_DIR/screenshots`), and refreshes the copies `docs/web-client.md` shows (`docs/screenshots/`) only
+//! when asked (`SB_REFRESH_SCREENSHOTS=1`): a test run leaves the working tree as it found it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -62,7 +64,7 @@ const STEPS: &[&str] = &[
     "on a phone: no sideways scrolling, a drawer for the threads, prompts usable",
 ];
 
-/// The screenshots the driver must leave in `docs/screenshots/` (desktop 1280x800, phone
+/// The screenshots the driver must leave in `.data/screenshots/` (desktop 1280x800, phone
 /// 390x844).
 const SCREENSHOTS: &[&str] = &[
     "desktop-signin",
@@ -186,7 +188,10 @@ async fn the_web_client_streams_uploads_asks_resumes_and_reloads_through_the_gat
     .unwrap();
     assert_eq!(gateway.url, origin);
 
-    let shots = root.join("docs/screenshots");
+    let shots = std::env::var_os("SB_DATA_DIR")
+        .map_or_else(|| root.join(".data"), std::path::PathBuf::from)
+        .join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
     for name in SCREENSHOTS {
         let _ = std::fs::remove_file(shots.join(format!("{name}.png")));
     }
@@ -269,6 +274,12 @@ async fn the_web_client_streams_uploads_asks_resumes_and_reloads_through_the_gat
     for name in SCREENSHOTS {
         let path = shots.join(format!("{name}.png"));
         assert!(is_png(&path), "{} was not saved as a PNG", path.display());
+    }
+    if std::env::var_os("SB_REFRESH_SCREENSHOTS").is_some() {
+        for name in SCREENSHOTS {
+            let file = format!("{name}.png");
+            std::fs::copy(shots.join(&file), root.join("docs/screenshots").join(&file)).unwrap();
+        }
     }
     let render = &report["firstRender"];
     assert!(

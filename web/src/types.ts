@@ -1,5 +1,5 @@
 // Wire shapes of the Switchboard API that the client reads (README "API at a glance",
-// "History shapes") and the UiSchemaRenderer 2.0 of agent-run-input-protocol.md.
+// docs/history.md) and the UiSchemaRenderer 2.0 of agent-run-input-protocol.md.
 
 /** The one JSON error envelope of every service. */
 export interface ErrorEnvelope {

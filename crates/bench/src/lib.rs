@@ -18,6 +18,8 @@
 //! - `relay-bench`: a bench AG-UI agent that stamps its events, and readers of its stream
 //!   directly and relayed by the worker through the runs service, for the relay's added latency
 //!   and events a second (`scripts/bench-relay.sh`, section 10).
+//! - `sse-replay`: a long reply replayed from the start, as stored and compacted: bytes, events
+//!   and time (`scripts/bench-replay.sh`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -16,7 +16,7 @@ use crate::http::Probe;
 /// With `apply`, applies the migrations of `migrator` this binary lacks (whose bookkeeping table
 /// then lives in that schema too); without, only checks that every one of them is applied. A
 /// migration the database has and this binary does not know (a newer release's, after a
-/// rollback) is tolerated either way: migrations are additive (README, "Deploying").
+/// rollback) is tolerated either way: migrations are additive (docs/deploying.md).
 pub async fn connect(
     url: &SecretString,
     schema: &'static str,

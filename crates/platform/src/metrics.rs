@@ -1,7 +1,7 @@
 //! Prometheus metrics: one recorder per process (the `metrics` facade and its Prometheus
 //! exporter), `/metrics` on every service's port, and the HTTP layer that counts requests by
 //! route and status with latency histograms. Services record their own with the `metrics`
-//! macros; the names are listed in the README ("Metrics").
+//! macros; the names are listed in docs/fleet.md ("Metrics").
 //!
 //! The worker's model calls follow OpenTelemetry's GenAI conventions, in Prometheus spelling:
 //! `gen_ai_client_token_usage{gen_ai_token_type="input"|"output", gen_ai_operation_name,

@@ -219,7 +219,7 @@ const SETTLE_FOR: Duration = Duration::from_secs(30);
 /// between tries): right after a cluster (re)starts, a stream can be refused for a while
 /// ("no suitable peers for placement, peer offline", no meta leader yet), which is not a reason
 /// for a replica to crash. The last error is returned.
-async fn settled<T, F, Fut>(what: &str, attempt: F) -> anyhow::Result<T>
+pub async fn settled<T, F, Fut>(what: &str, attempt: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,

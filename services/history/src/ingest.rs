@@ -38,7 +38,21 @@ async fn durable(
     stream: String,
     name: &str,
 ) -> anyhow::Result<PullConsumer> {
-    js.get_stream(&stream)
+    // Retried while a cluster settles (a consumer's creation waits for the stream's leader, and
+    // right after a cluster starts, or under load, that can take longer than one request's wait).
+    let stream = &stream;
+    platform::nats::settled(&format!("consumer {name}"), || {
+        durable_once(js, stream, name)
+    })
+    .await
+}
+
+async fn durable_once(
+    js: &jetstream::Context,
+    stream: &str,
+    name: &str,
+) -> anyhow::Result<PullConsumer> {
+    js.get_stream(stream)
         .await
         .with_context(|| format!("stream {stream} missing"))?
         .get_or_create_consumer(

@@ -13,6 +13,15 @@
 //! reader also re-reads the log every minute or two, so even a lost terminal event ends the
 //! stream.
 //!
+//! **Compact replay.** What a reader gets from the log (a resume from far behind, a replay from
+//! the start, a client joining a running run) is compacted as AG-UI's `compactEvents()` does:
+//! consecutive `TEXT_MESSAGE_CONTENT` events of one message become one event carrying their
+//! deltas joined (likewise `TOOL_CALL_ARGS` of one tool call), up to [`COMPACT_MAX_BYTES`] of
+//! text each, numbered with the `seq` of the last event it holds. Ids stay cursors: a client that
+//! resumes after a compacted event gets exactly what followed its last part. Live events, one at
+//! a time as they come, are never held back to be joined. [`Replay::Raw`] reads every event as
+//! it was stored.
+//!
 //! A run's terminal event is handed out only once history has written it ([`HistoryBarrier`]):
 //! a client that has seen a run end and reloads the conversation finds the run's messages
 //! complete. The wait is bounded ([`HISTORY_WAIT`]); with no history replica answering at all
@@ -40,6 +49,49 @@ const RECHECK: Duration = Duration::from_secs(60);
 const HISTORY_WAIT: Duration = Duration::from_secs(10);
 /// How long one progress request to history may take.
 const HISTORY_ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most bytes of text one compacted event carries (a longer message is sent in several).
+const COMPACT_MAX_BYTES: usize = 64 * 1024;
+
+/// How a reader gets the events the log already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replay {
+    /// Runs of deltas of one message (or tool call) joined into one event each.
+    Compact,
+    /// Every event as it was stored.
+    Raw,
+}
+
+/// Appends `next` to `event` when both are deltas of the same message (or tool call) and the
+/// joined text stays within [`COMPACT_MAX_BYTES`]; whether it did.
+fn join(event: &mut RunEventV1, next: &RunEventV1) -> bool {
+    use protocol::agui::Event;
+    let (delta, more) = match (&mut event.event, &next.event) {
+        (
+            Event::TextMessageContent { message_id, delta },
+            Event::TextMessageContent {
+                message_id: next_id,
+                delta: more,
+            },
+        ) if message_id == next_id => (delta, more),
+        (
+            Event::ToolCallArgs {
+                tool_call_id,
+                delta,
+            },
+            Event::ToolCallArgs {
+                tool_call_id: next_id,
+                delta: more,
+            },
+        ) if tool_call_id == next_id => (delta, more),
+        _ => return false,
+    };
+    if delta.len() + more.len() > COMPACT_MAX_BYTES {
+        return false;
+    }
+    delta.push_str(more);
+    event.seq = next.seq;
+    true
+}
 
 /// Fans the live events of every run out to this replica's readers.
 #[derive(Clone)]
@@ -195,6 +247,18 @@ impl EventHub {
         after: u64,
         ended: bool,
     ) -> Result<impl Stream<Item = RunEventV1> + Send + 'static, FollowError> {
+        self.follow_with(task_id, after, ended, Replay::Compact)
+            .await
+    }
+
+    /// [`Self::follow`], reading the log as `replay` says.
+    pub(crate) async fn follow_with(
+        &self,
+        task_id: Uuid,
+        after: u64,
+        ended: bool,
+        replay: Replay,
+    ) -> Result<impl Stream<Item = RunEventV1> + Send + 'static, FollowError> {
         let registration = self.register(task_id);
         let subject = self.names.run_event_subject(task_id);
         let mut reader = LogReader {
@@ -223,6 +287,7 @@ impl EventHub {
             // An empty log was just read: wait for live events (or the recheck) first.
             read_log: !pending_empty,
             done: false,
+            replay,
         };
         Ok(futures::stream::unfold(state, |mut state| async move {
             let event = state.next().await?;
@@ -353,6 +418,7 @@ struct Follow {
     /// never arrive, so the log is read again.
     reconnections: tokio::sync::watch::Receiver<u64>,
     done: bool,
+    replay: Replay,
 }
 
 impl Follow {
@@ -372,7 +438,7 @@ impl Follow {
             }
             while let Some(event) = self.pending.pop_front() {
                 if let Some(event) = self.take(event) {
-                    return Some(event);
+                    return Some(self.compacted(event).await);
                 }
             }
             if self.read_log {
@@ -418,6 +484,39 @@ impl Follow {
                 () = tokio::time::sleep(self.recheck) => self.read_log = true,
                 Ok(()) = self.reconnections.changed() => self.read_log = true,
             }
+        }
+    }
+
+    /// `event` (read from the log) with the deltas that follow it in the log joined to it, as
+    /// far as they go ([`Replay::Compact`]); what ends the run of deltas stays pending.
+    async fn compacted(&mut self, mut event: RunEventV1) -> RunEventV1 {
+        if self.replay == Replay::Raw || self.done {
+            return event;
+        }
+        loop {
+            let next = match self.pending.pop_front() {
+                Some(next) => next,
+                None => match self.reader.next().await {
+                    Ok(Some(next)) => next,
+                    // The live tail: what comes next comes live.
+                    Ok(None) => return event,
+                    Err(err) => {
+                        tracing::warn!(error = format!("{err:#}"), "run event log read failed");
+                        self.read_log = true;
+                        return event;
+                    }
+                },
+            };
+            if next.seq <= self.last {
+                continue; // handed out already (it came live)
+            }
+            if next.seq == self.last + 1 && join(&mut event, &next) {
+                self.last = next.seq;
+                continue;
+            }
+            self.pending.push_front(next);
+            self.read_log = true;
+            return event;
         }
     }
 
@@ -489,4 +588,65 @@ fn jitter(task_id: Uuid, after: u64) -> f64 {
     use std::hash::BuildHasher;
     let hash = std::collections::hash_map::RandomState::new().hash_one((task_id, after));
     (hash % 1000) as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::agui::Event;
+
+    fn event(seq: u64, event: Event) -> RunEventV1 {
+        RunEventV1 {
+            task_id: Uuid::nil(),
+            owner: "alice".into(),
+            thread_id: "t".into(),
+            run_id: "r".into(),
+            seq,
+            emitted_at: chrono::DateTime::UNIX_EPOCH,
+            event,
+        }
+    }
+
+    fn text(seq: u64, id: &str, delta: &str) -> RunEventV1 {
+        event(
+            seq,
+            Event::TextMessageContent {
+                message_id: id.into(),
+                delta: delta.into(),
+            },
+        )
+    }
+
+    #[test]
+    fn deltas_of_one_message_join_under_the_last_seq_and_nothing_else_does() {
+        let mut joined = text(3, "m1", "Hello, ");
+        assert!(join(&mut joined, &text(4, "m1", "world")));
+        assert_eq!(joined.seq, 4);
+        assert_eq!(joined, text(4, "m1", "Hello, world"));
+        // Another message, another kind, or past the size bound: not joined, unchanged.
+        assert!(!join(&mut joined, &text(5, "m2", "!")));
+        let end = event(
+            5,
+            Event::TextMessageEnd {
+                message_id: "m1".into(),
+            },
+        );
+        assert!(!join(&mut joined, &end));
+        let big = "x".repeat(COMPACT_MAX_BYTES);
+        assert!(!join(&mut joined, &text(5, "m1", &big)));
+        assert_eq!(joined, text(4, "m1", "Hello, world"));
+        // Tool call arguments likewise.
+        let args = |seq, delta: &str| {
+            event(
+                seq,
+                Event::ToolCallArgs {
+                    tool_call_id: "c1".into(),
+                    delta: delta.into(),
+                },
+            )
+        };
+        let mut call = args(7, "{\"q\":");
+        assert!(join(&mut call, &args(8, "1}")));
+        assert_eq!(call, args(8, "{\"q\":1}"));
+    }
 }

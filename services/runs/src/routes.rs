@@ -25,7 +25,7 @@ use protocol::validate::{
 use crate::AppState;
 use crate::agents::ChooseError;
 use crate::compatibility::CheckError;
-use crate::events::FollowError;
+use crate::events::{FollowError, Replay};
 use crate::limit::{StreamPermit, Throttled};
 use crate::prompts::{PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
@@ -519,9 +519,11 @@ async fn run_events(
     State(state): State<AppState>,
     owner: Owner,
     Path(run_id): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     check_path_id(&run_id)?;
+    let replay = replay_of(query.as_deref())?;
     state.lookups.check(owner.as_str())?;
     let after = match headers.get("last-event-id") {
         None => 0,
@@ -543,8 +545,32 @@ async fn run_events(
         record.task_id,
         after,
         record.status.is_terminal(),
+        replay,
     )
     .await
+}
+
+/// How a run's stream replays what the log holds: compacted unless the query says
+/// `compact=false` (every event as stored); 400 naming `compact` for another value.
+fn replay_of(query: Option<&str>) -> Result<Replay, ApiError> {
+    let mut replay = Replay::Compact;
+    for pair in query.unwrap_or_default().split('&') {
+        let Some(value) = pair.strip_prefix("compact=") else {
+            continue;
+        };
+        replay = match value {
+            "true" | "1" => Replay::Compact,
+            "false" | "0" => Replay::Raw,
+            _ => {
+                return Err(ApiError::Invalid(Violation {
+                    kind: ViolationKind::Malformed,
+                    field: "compact".to_owned(),
+                    message: "compact must be true or false".to_owned(),
+                }));
+            }
+        };
+    }
+    Ok(replay)
 }
 
 /// `GET /api/v1/agent/threads/{threadId}/events`: the thread's stream (`crate::thread`): a
@@ -608,7 +634,7 @@ async fn stream_events(
 ) -> Result<Response, ApiError> {
     let task_id = uuid::Uuid::try_parse(&accepted.task_id)
         .map_err(|err| ApiError::Internal(anyhow::Error::new(err)))?;
-    follow(state, owner, task_id, 0, false).await
+    follow(state, owner, task_id, 0, false, Replay::Compact).await
 }
 
 /// The SSE answer with the events of `task_id` after `after` (`ended`: the run is over).
@@ -618,12 +644,17 @@ async fn follow(
     task_id: uuid::Uuid,
     after: u64,
     ended: bool,
+    replay: Replay,
 ) -> Result<Response, ApiError> {
     let permit = state
         .streams
         .acquire(owner.as_str(), "sse")
         .ok_or(ApiError::TooManyStreams)?;
-    let events = match state.events.follow(task_id, after, ended).await {
+    let events = match state
+        .events
+        .follow_with(task_id, after, ended, replay)
+        .await
+    {
         Ok(events) => events,
         // The client has the terminal event (a browser's EventSource reconnecting after the
         // stream closed): 204 is the status EventSource does not retry.

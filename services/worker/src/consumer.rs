@@ -255,16 +255,18 @@ impl RunConsumer {
             .context("cannot register the agents")?;
         let stream = js.get_stream(names.runs_stream()).await?;
         let events = js.get_stream(names.run_events_stream()).await?;
-        let consumer = reconcile_consumer(
-            &stream,
-            pull::Config {
-                durable_name: Some(WORKER_CONSUMER.to_owned()),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait,
-                max_ack_pending: capacity.fleet_max_in_flight,
-                ..Default::default()
-            },
-        )
+        let wanted = pull::Config {
+            durable_name: Some(WORKER_CONSUMER.to_owned()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait,
+            max_ack_pending: capacity.fleet_max_in_flight,
+            ..Default::default()
+        };
+        // Retried while a cluster settles (right after it starts, or under load, a consumer's
+        // creation can outwait one request).
+        let consumer = platform::nats::settled("the worker consumer", || {
+            reconcile_consumer(&stream, wanted.clone())
+        })
         .await
         .context("cannot create or update the worker consumer")?;
         Ok(Self {
@@ -342,7 +344,7 @@ impl RunConsumer {
         // the fleet's capacity grows with its replicas. On shutdown the loops stop pulling and
         // finish what they run, for at most the drain window; a run still going then is left
         // unacknowledged, and JetStream gives it to another replica after the ack wait (which
-        // ends it `worker_lost`: README, "Fleet").
+        // ends it `worker_lost`: docs/fleet.md, "Drain").
         let pulls = futures::future::join_all(
             (0..self.capacity.concurrency).map(|_| self.pull_loop(shutdown.clone())),
         );
