@@ -84,6 +84,38 @@ pub async fn request(
     .await
 }
 
+/// Asks on `subject` until `decode` accepts an answer (`Ok(Some(_))`), for at most `within`: a
+/// request that times out or finds no responder, or an answer `decode` says is not ready yet
+/// (`Ok(None)`: history still behind, say), is asked again after a pause (20 ms, doubling to
+/// 500 ms). An error of `decode` (an answer that cannot be read) ends the asking. `None` once
+/// `within` is spent. Each attempt is one [`request`].
+pub async fn request_until<T>(
+    client: &async_nats::Client,
+    subject: String,
+    payload: Bytes,
+    timeout: Duration,
+    within: Duration,
+    mut decode: impl FnMut(&[u8]) -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<Option<T>> {
+    let give_up = tokio::time::Instant::now() + within;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match request(client, subject.clone(), payload.clone(), timeout).await {
+            Ok(reply) => {
+                if let Some(answer) = decode(&reply.payload)? {
+                    return Ok(Some(answer));
+                }
+            }
+            Err(err) => tracing::debug!(error = %err, "no answer yet"),
+        }
+        if tokio::time::Instant::now() + pause >= give_up {
+            return Ok(None);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// Makes `span`, the responder's span for `message`, a child of the caller's span (the trace
 /// context in the request's headers); a request without one leaves `span` a root.
 pub fn adopt(span: &tracing::Span, message: &Message) {

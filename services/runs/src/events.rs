@@ -190,10 +190,13 @@ impl EventHub {
         };
         if let Some(senders) = readers.get_mut(&event.task_id) {
             // A full or closed channel drops the event for that reader only: it refills from
-            // the log when it notices the gap.
+            // the log when it notices the gap. A slow client never holds the others back, and
+            // what it holds is bounded by its buffer (it catches up from the log, compacted).
             senders.retain(|tx| !tx.is_closed());
             for tx in senders.iter() {
-                let _ = tx.try_send(event.clone());
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(event.clone()) {
+                    metrics::counter!("switchboard_stream_live_events_skipped_total").increment(1);
+                }
             }
             if senders.is_empty() {
                 readers.remove(&event.task_id);
@@ -213,26 +216,25 @@ impl EventHub {
         }
     }
 
-    /// The first event of `task_id` the log holds (its `RUN_STARTED`), if any.
-    pub(crate) async fn first_event(&self, task_id: Uuid) -> anyhow::Result<Option<RunEventV1>> {
+    /// A reader of `task_id`'s events from the start, one at a time.
+    fn reader(&self, task_id: Uuid) -> LogReader {
         LogReader {
             log: self.log.clone(),
             subject: self.names.run_event_subject(task_id),
             stream_seq: 0,
+            ahead: std::collections::VecDeque::new(),
+            bulk: false,
         }
-        .next()
-        .await
+    }
+
+    /// The first event of `task_id` the log holds (its `RUN_STARTED`), if any.
+    pub(crate) async fn first_event(&self, task_id: Uuid) -> anyhow::Result<Option<RunEventV1>> {
+        self.reader(task_id).next().await
     }
 
     /// The last event of `task_id` the log holds, if any.
     pub(crate) async fn last_event(&self, task_id: Uuid) -> anyhow::Result<Option<RunEventV1>> {
-        LogReader {
-            log: self.log.clone(),
-            subject: self.names.run_event_subject(task_id),
-            stream_seq: 0,
-        }
-        .last()
-        .await
+        self.reader(task_id).last().await
     }
 
     /// The events of `task_id` after `after`, each once and in order, ending after the
@@ -260,15 +262,13 @@ impl EventHub {
         replay: Replay,
     ) -> Result<impl Stream<Item = RunEventV1> + Send + 'static, FollowError> {
         let registration = self.register(task_id);
-        let subject = self.names.run_event_subject(task_id);
-        let mut reader = LogReader {
-            log: self.log.clone(),
-            subject,
-            stream_seq: 0,
-        };
+        let mut reader = self.reader(task_id);
+        let last = reader.last().await?;
         if after > 0 {
-            check_cursor(after, reader.last().await?.as_ref(), ended)?;
+            check_cursor(after, last.as_ref(), ended)?;
         }
+        // Far behind the log's end (a replay, a resume after a long drop): read it in bulk.
+        reader.bulk = last.is_some_and(|last| last.seq > after + BULK_AFTER);
         let first = reader.next().await?;
         match &first {
             Some(first) if first.seq > after + 1 => return Err(FollowError::Expired { after }),
@@ -344,13 +344,25 @@ impl Drop for Registration {
     }
 }
 
-/// Reads one task's events from the log, in stream order.
+/// Reads one task's events from the log, in stream order: one message per request, or, while
+/// far behind, [`BULK_BATCH`] per request through a short-lived consumer of the task's subject.
 struct LogReader {
     log: jetstream::stream::Stream,
     subject: String,
     /// Stream sequence of the last message read.
     stream_seq: u64,
+    /// Events read ahead in bulk, not handed to the caller yet.
+    ahead: std::collections::VecDeque<(u64, RunEventV1)>,
+    /// Events the log may still hold past `stream_seq` that are worth reading in bulk.
+    bulk: bool,
 }
+
+/// How far behind the log's last event a reader must be for its events to be read in bulk.
+const BULK_AFTER: u64 = 64;
+/// Events read per bulk request.
+const BULK_BATCH: usize = 1_000;
+/// How long the server keeps a bulk reader's consumer that was not deleted (its replica died).
+const BULK_CONSUMER_IDLE: Duration = Duration::from_secs(30);
 
 impl LogReader {
     /// The task's last stored event, if the log holds one.
@@ -377,6 +389,76 @@ impl LogReader {
 
     /// The next stored event of the task, if the log holds one.
     async fn next(&mut self) -> anyhow::Result<Option<RunEventV1>> {
+        if self.ahead.is_empty() && self.bulk {
+            match self.read_ahead().await {
+                Ok(0) => self.bulk = false,
+                Ok(read) => self.bulk = read == BULK_BATCH,
+                Err(err) => {
+                    // One message at a time still works: go on that way.
+                    tracing::debug!(error = format!("{err:#}"), "bulk read of run events failed");
+                    self.bulk = false;
+                }
+            }
+        }
+        if let Some((seq, event)) = self.ahead.pop_front() {
+            self.stream_seq = seq;
+            return Ok(Some(event));
+        }
+        self.next_one().await
+    }
+
+    /// Reads up to [`BULK_BATCH`] events after `stream_seq` in one fetch, through an ephemeral
+    /// consumer of the task's subject that goes when the fetch ends (or, failing that, after
+    /// [`BULK_CONSUMER_IDLE`]); how many it read.
+    async fn read_ahead(&mut self) -> anyhow::Result<usize> {
+        use jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+        let consumer = self
+            .log
+            .create_consumer(pull::Config {
+                filter_subject: self.subject.clone(),
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: self.stream_seq + 1,
+                },
+                ack_policy: AckPolicy::None,
+                inactive_threshold: BULK_CONSUMER_IDLE,
+                memory_storage: true,
+                ..Default::default()
+            })
+            .await
+            .context("cannot open a bulk read of run events")?;
+        let name = consumer.cached_info().name.clone();
+        let read = async {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(BULK_BATCH)
+                .messages()
+                .await
+                .context("cannot fetch run events")?;
+            let mut read = 0;
+            while let Some(message) = batch.next().await {
+                let message =
+                    message.map_err(|err| anyhow::anyhow!("fetching run events: {err}"))?;
+                read += 1;
+                let seq = message.info().map_or(0, |info| info.stream_sequence);
+                match serde_json::from_slice::<RunEventMessage>(&message.payload) {
+                    Ok(RunEventMessage::V1(event)) => self.ahead.push_back((seq, event)),
+                    Err(err) => {
+                        tracing::error!(error = %err, seq, "undecodable run event skipped");
+                        self.stream_seq = self.stream_seq.max(seq);
+                    }
+                }
+            }
+            anyhow::Ok(read)
+        }
+        .await;
+        if let Err(err) = self.log.delete_consumer(&name).await {
+            tracing::debug!(error = %err, "bulk reader left for the server to remove");
+        }
+        read
+    }
+
+    /// The next stored event of the task, one request for it.
+    async fn next_one(&mut self) -> anyhow::Result<Option<RunEventV1>> {
         loop {
             let found = self
                 .log

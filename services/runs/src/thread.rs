@@ -467,26 +467,21 @@ impl Threads {
             limit: MAX_THREAD_MESSAGES,
             signed_links: true,
         };
-        let payload = bytes::Bytes::from(serde_json::to_vec(&request)?);
-        let subject = self.names.history_thread_messages_subject();
-        let give_up = Instant::now() + SNAPSHOT_WAIT;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            let asked =
-                platform::rpc::request(&self.client, subject.clone(), payload.clone(), ASK_TIMEOUT)
-                    .await;
-            if let Ok(reply) = asked
-                && let ThreadMessagesReply::V1 { messages, .. } =
-                    serde_json::from_slice::<ThreadMessagesReply>(&reply.payload)?
-            {
-                return Ok(messages);
-            }
-            if Instant::now() + pause >= give_up {
-                anyhow::bail!("history did not answer the thread's messages in time");
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
+        platform::rpc::request_until(
+            &self.client,
+            self.names.history_thread_messages_subject(),
+            serde_json::to_vec(&request)?.into(),
+            ASK_TIMEOUT,
+            SNAPSHOT_WAIT,
+            |payload| {
+                Ok(match serde_json::from_slice(payload)? {
+                    ThreadMessagesReply::V1 { messages, .. } => Some(messages),
+                    ThreadMessagesReply::Behind => None,
+                })
+            },
+        )
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("history did not answer the thread's messages in time"))
     }
 
     /// The state a remote agent left on the thread, if any.

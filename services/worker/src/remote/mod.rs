@@ -525,37 +525,31 @@ impl RemoteAgent {
             limit: HISTORY_LIMIT,
             signed_links: false,
         };
-        let payload = bytes::Bytes::from(serde_json::to_vec(&request)?);
-        let subject = self.context.names.history_thread_messages_subject();
-        let give_up = Instant::now() + HISTORY_WAIT;
-        let mut pause = Duration::from_millis(50);
-        loop {
-            let asked = platform::rpc::request(
-                &self.context.client,
-                subject.clone(),
-                payload.clone(),
-                REQUEST_TIMEOUT,
-            )
-            .await;
-            match asked {
-                Ok(reply) => match serde_json::from_slice::<ThreadMessagesReply>(&reply.payload)? {
-                    ThreadMessagesReply::V1 { messages, .. } => return Ok(messages),
-                    ThreadMessagesReply::Behind => {}
-                },
-                Err(err) => {
-                    tracing::debug!(error = %err, "history did not answer the thread's messages")
-                }
+        let asked = platform::rpc::request_until(
+            &self.context.client,
+            self.context.names.history_thread_messages_subject(),
+            serde_json::to_vec(&request)?.into(),
+            REQUEST_TIMEOUT,
+            HISTORY_WAIT,
+            |payload| {
+                Ok(match serde_json::from_slice(payload)? {
+                    ThreadMessagesReply::V1 { messages, .. } => Some(messages),
+                    ThreadMessagesReply::Behind => None,
+                })
+            },
+        );
+        // The owner's cancel stops the waiting too.
+        let answered = tokio::select! {
+            answered = asked => answered?,
+            () = sink.cancelled() => return Err(Cancelled.into()),
+        };
+        answered.ok_or_else(|| {
+            AgentFailure {
+                code: codes::HISTORY,
+                message: "the conversation's earlier messages could not be read".to_owned(),
             }
-            if Instant::now() + pause >= give_up {
-                return Err(AgentFailure {
-                    code: codes::HISTORY,
-                    message: "the conversation's earlier messages could not be read".to_owned(),
-                }
-                .into());
-            }
-            sink.pause(pause).await?;
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
+            .into()
+        })
     }
 
     /// Replaces every `s3://` file reference in user messages: with a signed download link
