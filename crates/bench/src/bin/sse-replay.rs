@@ -5,7 +5,8 @@
 //!
 //! Plays the worker: creates one run by publishing its `RunTask` onto the RUNS stream, publishes
 //! `--events` events (RUN_STARTED, TEXT_MESSAGE_START, TEXT_MESSAGE_CONTENT..., TEXT_MESSAGE_END,
-//! RUN_FINISHED) exactly as the worker's `EventSink` does, then replays. Fails unless both replays
+//! RUN_FINISHED) exactly as the worker's `EventSink` does, waits until history has written the
+//! run (a stream hands out a run's end only then), then replays. Fails unless both replays
 //! reconstruct the same text. Prints one JSON line.
 //!
 //! Usage: `sse-replay --url http://127.0.0.1:PORT --token JWT --owner SUB --prefix P
@@ -89,6 +90,31 @@ async fn main() -> anyhow::Result<()> {
             .publish_event(&run, seq, run.event(seq, total))
             .await?;
     }
+    // A stream hands out a run's end only once history has written the run: wait for that
+    // first, so the replays measure the replay, not history catching up.
+    let written = Instant::now();
+    loop {
+        let status: Value = bench
+            .http
+            .get(format!(
+                "{}/api/v1/agent/runs/{}",
+                bench.base_url, run.run_id
+            ))
+            .bearer_auth(&bench.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if status["status"] == "completed" {
+            break;
+        }
+        anyhow::ensure!(
+            written.elapsed() < std::time::Duration::from_secs(300),
+            "history did not write the run within 300 s: {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let history_ms = written.elapsed().as_millis();
     let (mut raw, mut compact) = (Vec::new(), Vec::new());
     for _ in 0..repeat {
         raw.push(replay(&bench, &run.run_id, "?compact=false").await?);
@@ -110,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
     let result = json!({
         "target": "sse-replay",
         "events_published": total,
+        "history_caught_up_ms": history_ms,
         "text_bytes": expected.len(),
         "raw": summary(&raw),
         "compact": summary(&compact),
