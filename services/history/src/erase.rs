@@ -371,25 +371,24 @@ pub(crate) async fn retain(
     every: Duration,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            _ = tick.tick() => {}
-        }
+    let (eraser, ttl) = (&eraser, &ttl);
+    crate::retention::every(every, shutdown, || async move {
         if ttl.any() {
-            match expire_threads(&eraser, &ttl).await {
+            match expire_threads(eraser, ttl).await {
                 Ok(0) => {}
                 Ok(erased) => tracing::info!(erased, "threads past their time to live erased"),
                 Err(err) => tracing::warn!(error = format!("{err:#}"), "thread retention failed"),
             }
         }
-        let before = Utc::now() - chrono::Duration::from_std(tombstones_for)?;
-        if let Err(err) = store::forget_tombstones(&eraser.pool, before).await {
+        let forgotten = chrono::Duration::from_std(tombstones_for)
+            .map(|age| Utc::now() - age)
+            .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
+        if let Err(err) = store::forget_tombstones(&eraser.pool, forgotten).await {
             tracing::warn!(error = %err, "cannot drop old tombstones");
         }
-    }
+    })
+    .await;
+    Ok(())
 }
 
 /// Threads erased per sweep at most (the next sweep goes on).

@@ -27,6 +27,23 @@ pub(crate) fn keep_after_end(limits: &platform::nats::StreamLimits) -> Duration 
     limits.runs_dedup_window.max(limits.events_max_age)
 }
 
+/// Calls `sweep` every `every` (a sweep that overruns delays the next) until `shutdown`.
+pub(crate) async fn every<F, Fut>(every: Duration, shutdown: CancellationToken, mut sweep: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        sweep().await;
+    }
+}
+
 /// Sweeps every `every` until `shutdown`.
 pub(crate) async fn run(
     pool: PgPool,
@@ -35,19 +52,16 @@ pub(crate) async fn run(
     every: Duration,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            _ = tick.tick() => {}
-        }
-        match sweep(&pool, &runs, keep).await {
+    let (pool, runs) = (&pool, &runs);
+    self::every(every, shutdown, || async move {
+        match sweep(pool, runs, keep).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, "ended runs deleted from the RUNS stream"),
             Err(err) => tracing::warn!(error = format!("{err:#}"), "RUNS retention sweep failed"),
         }
-    }
+    })
+    .await;
+    Ok(())
 }
 
 /// One sweep: the ended runs past `keep` deleted from the stream, in batches; how many.
