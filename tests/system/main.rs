@@ -1,4 +1,8 @@
 //! System tests: the whole platform against real PostgreSQL, NATS JetStream and S3.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the system tests also speak NATS as a hostile or foreign client would, raw"
+)]
 
 mod admission;
 mod agent_registration;

@@ -130,13 +130,13 @@ impl TestHistory {
         };
         let payload = serde_json::to_vec(&request)?;
         for _ in 0..200 {
-            let reply = self
-                .client
-                .request(
-                    self.names.history_progress_subject(),
-                    payload.clone().into(),
-                )
-                .await?;
+            let reply = platform::rpc::request(
+                &self.client,
+                self.names.history_progress_subject(),
+                payload.clone().into(),
+                Duration::from_secs(10),
+            )
+            .await?;
             let ProgressReply::V1 { written_seq } = serde_json::from_slice(&reply.payload)?;
             if written_seq >= seq {
                 return Ok(());
@@ -161,15 +161,14 @@ impl TestHistory {
             limit,
             signed_links: false,
         };
-        let reply = tokio::time::timeout(
+        let reply = platform::rpc::request(
+            &self.client,
+            self.names.history_thread_messages_subject(),
+            serde_json::to_vec(&request)?.into(),
             Duration::from_secs(10),
-            self.client.request(
-                self.names.history_thread_messages_subject(),
-                serde_json::to_vec(&request)?.into(),
-            ),
         )
         .await
-        .context("history did not answer within 10 s")??;
+        .context("history did not answer within 10 s")?;
         Ok(serde_json::from_slice(&reply.payload)?)
     }
 
