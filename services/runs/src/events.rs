@@ -224,6 +224,7 @@ impl EventHub {
             stream_seq: 0,
             ahead: std::collections::VecDeque::new(),
             bulk: false,
+            read_singly: 0,
         }
     }
 
@@ -263,12 +264,13 @@ impl EventHub {
     ) -> Result<impl Stream<Item = RunEventV1> + Send + 'static, FollowError> {
         let registration = self.register(task_id);
         let mut reader = self.reader(task_id);
-        let last = reader.last().await?;
         if after > 0 {
+            let last = reader.last().await?;
             check_cursor(after, last.as_ref(), ended)?;
+            // Far behind the log's end (a resume after a long drop): read it in bulk from the
+            // start. A reader from the start goes over to bulk as it reads (`LogReader::next`).
+            reader.bulk = last.is_some_and(|last| last.seq > after + BULK_AFTER);
         }
-        // Far behind the log's end (a replay, a resume after a long drop): read it in bulk.
-        reader.bulk = last.is_some_and(|last| last.seq > after + BULK_AFTER);
         let first = reader.next().await?;
         match &first {
             Some(first) if first.seq > after + 1 => return Err(FollowError::Expired { after }),
@@ -355,9 +357,12 @@ struct LogReader {
     ahead: std::collections::VecDeque<(u64, RunEventV1)>,
     /// Events the log may still hold past `stream_seq` that are worth reading in bulk.
     bulk: bool,
+    /// Events read one request each so far.
+    read_singly: u64,
 }
 
-/// How far behind the log's last event a reader must be for its events to be read in bulk.
+/// How far behind the log's last event a resuming reader must be for its events to be read in
+/// bulk; and how many events a reader from the start reads one at a time before it goes bulk.
 const BULK_AFTER: u64 = 64;
 /// Events read per bulk request.
 const BULK_BATCH: usize = 1_000;
@@ -404,7 +409,13 @@ impl LogReader {
             self.stream_seq = seq;
             return Ok(Some(event));
         }
-        self.next_one().await
+        let event = self.next_one().await?;
+        // Many events read one at a time and more coming: the rest in bulk.
+        self.read_singly += u64::from(event.is_some());
+        if self.read_singly == BULK_AFTER {
+            self.bulk = true;
+        }
+        Ok(event)
     }
 
     /// Reads up to [`BULK_BATCH`] events after `stream_seq` in one fetch, through an ephemeral

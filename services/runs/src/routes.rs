@@ -450,10 +450,20 @@ async fn chat(
 
 /// Reads a JSON body, never buffering more than the limit.
 async fn read_json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+    read_json_body_within(headers, body, MAX_PAYLOAD_BYTES).await
+}
+
+/// A JSON body of at most `limit` bytes: 415 when it is not JSON, 413 when larger (never read
+/// past the limit), 400 when it cannot be read.
+pub(crate) async fn read_json_body_within(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<bytes::Bytes, ApiError> {
     if !is_json(headers) {
         return Err(ApiError::NotJson);
     }
-    Ok(Limited::new(body, MAX_PAYLOAD_BYTES)
+    Ok(Limited::new(body, limit)
         .collect()
         .await
         .map_err(|err| {

@@ -19,9 +19,8 @@ use anyhow::Context as _;
 use async_nats::jetstream::stream::Stream;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use platform::auth::{Identity, Owner};
 use protocol::erase::{EraseReply, OwnerEraseRequest, ThreadEraseRequest};
 use protocol::messaging::{Names, thread_lock_key};
@@ -33,7 +32,7 @@ use protocol::validate::{Violation, ViolationKind};
 use serde_json::Value;
 
 use crate::AppState;
-use crate::routes::ApiError;
+use crate::routes::{ApiError, read_json_body_within};
 
 /// How long a rename waits for history's answer.
 const RENAME_TIMEOUT: Duration = Duration::from_secs(5);
@@ -255,7 +254,7 @@ pub(crate) async fn rename_thread(
     body: Body,
 ) -> Result<axum::Json<ThreadSummary>, ApiError> {
     check_thread_id(&thread_id)?;
-    let body = json_body(&headers, body).await?;
+    let body = read_json_body_within(&headers, body, MAX_BODY_BYTES).await?;
     let title = title_of(&body)?;
     state
         .thread_admin
@@ -357,7 +356,7 @@ pub(crate) async fn fork_thread(
     body: Body,
 ) -> Result<Response, ApiError> {
     check_thread_id(&thread_id)?;
-    let body = json_body(&headers, body).await?;
+    let body = read_json_body_within(&headers, body, MAX_BODY_BYTES).await?;
     let fork = fork_body(&body)?;
     let new_thread_id = fork
         .thread_id
@@ -379,29 +378,6 @@ pub(crate) async fn fork_thread(
         })),
         ThreadForkReply::Exists => Err(ApiError::ThreadExists),
     }
-}
-
-/// A JSON body of at most [`MAX_BODY_BYTES`] (415 when it is not JSON, 413 when larger).
-async fn json_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
-        return Err(ApiError::NotJson);
-    }
-    Ok(Limited::new(body, MAX_BODY_BYTES)
-        .collect()
-        .await
-        .map_err(|err| {
-            if err.is::<LengthLimitError>() {
-                ApiError::TooLarge
-            } else {
-                malformed("", "the request body could not be read")
-            }
-        })?
-        .to_bytes())
 }
 
 /// The query of `DELETE /api/v1/agent/me`.

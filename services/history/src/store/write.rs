@@ -21,12 +21,12 @@ pub(crate) async fn record_accepted_run(
     runs_seq: u64,
 ) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
-    if erased_run(&mut tx, task.task_id).await? {
-        return Ok(Outcome::Erased); // a redelivery after its thread was erased
-    }
+    // Not an erased run's (a redelivery after its thread was erased): that is told apart below,
+    // off the path of every accepted run.
     let inserted = sqlx::query_scalar!(
         "INSERT INTO run_progress (task_id, owner, thread_id, run_id, accepted_at, runs_seq, agent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         SELECT $1, $2, $3, $4, $5, $6, $7
+          WHERE NOT EXISTS (SELECT 1 FROM erased_runs WHERE task_id = $1)
          ON CONFLICT (task_id) DO NOTHING
          RETURNING task_id",
         task.task_id,
@@ -40,7 +40,11 @@ pub(crate) async fn record_accepted_run(
     .fetch_optional(&mut *tx)
     .await?;
     if inserted.is_none() {
-        return Ok(Outcome::Duplicate);
+        return Ok(if erased_run(&mut tx, task.task_id).await? {
+            Outcome::Erased
+        } else {
+            Outcome::Duplicate
+        });
     }
     if task.conversation {
         record_conversation(&mut tx, task).await?;
