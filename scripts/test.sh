@@ -49,6 +49,9 @@ ensure_js_clients() {
   # The web client's production build (type check included), served by tests/system/web.rs.
   log "building the web client (npm run build in web)"
   (cd "$ROOT/web" && npm run --silent build >/dev/null)
+  # Its event reducer's unit tests (Vitest).
+  log "web client unit tests (npm test in web)"
+  (cd "$ROOT/web" && npm test --silent) || die "the web client's unit tests failed"
 }
 
 ensure_toolchain

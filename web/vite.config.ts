@@ -1,3 +1,4 @@
+/// <reference types="vitest/config" />
 import { defineConfig } from "vite";
 
 // A plain static build: everything the page needs is bundled into dist/ (no CDN at run time).
@@ -8,5 +9,10 @@ export default defineConfig({
     target: "es2022",
     sourcemap: false,
     reportCompressedSize: true,
+  },
+  // Unit tests (Vitest) live next to the code; the browser test in e2e/ is `npm run e2e`.
+  test: {
+    include: ["src/**/*.test.ts"],
+    environment: "node",
   },
 });

@@ -4,7 +4,7 @@
 // (its thread stream, thread.ts), the conversations' search, rename and delete, and, on messages,
 // asking for a reply again (its previous versions kept, versions.ts) and branching a new
 // conversation from one. The view (ui/) only reads `state`, `items` and `rows` and calls these
-// methods.
+// methods. What one AG-UI event does to the conversation's items is events.ts (a pure reducer).
 //
 // Nothing shows twice. A run started in this tab (or joined after a reload) is streamed from its
 // own request (the AG-UI POST, or `runs/{runId}/events` with Last-Event-ID): its id is in
@@ -16,64 +16,19 @@
 // ids: a message or a run the live items show is left out of the history shown (`items`).
 
 import { buildResumeArray, EventType } from "@ag-ui/client";
-import type { AGUIEvent, AgentSubscriber, BaseEvent, ContentPart, Interrupt, Message, RunAgentInput, RunStartedEvent } from "@ag-ui/client";
+import type { AGUIEvent, AgentSubscriber, ContentPart, Interrupt, Message, RunAgentInput, RunStartedEvent } from "@ag-ui/client";
 import type { RunAgentParameters } from "@ag-ui/client";
 
 import { SwitchboardAgent, type ResumePoint } from "./agent";
 import { Api, ApiError } from "./api";
+import { applyEvent, generatedFile, isProtocolEvent, openers, type ChatItem, type FileRef, type PromptState, type Step } from "./events";
 import { session, tokenFromFragment } from "./session";
 import { taskOf, ThreadFeed, type FeedState, type ThreadFrame } from "./thread";
-import type { CustomValues, GeneratedFile, HistoryDay, HistoryMessage, Prompt, PromptInterrupt, StoredAttachment, ThreadSearchHit, ThreadSummary, UiSchemaRenderer } from "./types";
-import { compileHints } from "./uischema";
+import type { HistoryDay, HistoryMessage, PromptInterrupt, StoredAttachment, ThreadSearchHit, ThreadSummary } from "./types";
 import { checkSelection, FILE_TYPES, uploadError, uploadFile, type UploadPhase } from "./upload";
 import { versionOf, versionRows, type Row } from "./versions";
 
-/** A file shown as a chip: a user's attachment or a file the agent made. */
-export interface FileRef {
-  name: string;
-  contentUrl: string | null;
-  mimeType?: string;
-  size?: number;
-  icon?: string;
-}
-
-/** A tool call or an agent step, shown as a step of the assistant's message. */
-export interface Step {
-  id: string;
-  kind: "tool" | "step";
-  name: string;
-  args: string;
-  status: "running" | "called" | "done";
-  result?: string;
-  resultMessageId?: string;
-  ui?: UiSchemaRenderer | null;
-}
-
-export interface PromptState {
-  interrupt: PromptInterrupt;
-  /** `elsewhere`: another tab or device went on with the thread (answered it). */
-  status: "pending" | "sending" | "answered" | "dismissed" | "timed_out" | "elsewhere";
-  answer?: string;
-  error?: string;
-}
-
-export interface ChatItem {
-  key: string;
-  role: "user" | "assistant" | "notice" | "prompt";
-  text: string;
-  streaming?: boolean;
-  files?: FileRef[];
-  steps?: Step[];
-  ui?: UiSchemaRenderer[];
-  runId?: string;
-  day?: string | null;
-  level?: "info" | "error";
-  prompt?: PromptState;
-  /** A previous version of a reply: the id of the run that asked for it again. */
-  superseded?: string;
-  /** A message copied into this thread by a fork: the thread it comes from. */
-  forkedFrom?: string;
-}
+export type { ChatItem, FileRef, PromptState, Step } from "./events";
 
 /** A run this tab follows: the last event it applied and whether the run is over. */
 interface RunState {
@@ -768,7 +723,7 @@ export class Chat {
         run.started = true;
         const asked = promptKey ? this.liveState?.items.find((i) => i.key === promptKey)?.prompt : undefined;
         if (asked?.status === "sending") this.updatePrompt(promptKey!, { status: asked.answer === undefined ? "dismissed" : "answered" });
-        this.apply(run, event as AGUIEvent);
+        if (isProtocolEvent(event)) this.apply(run, event);
         if (this.state.runStatus !== "stopping" && !run.terminal) this.set({ runStatus: "streaming" });
         this.publishLive();
         // The thread has a run now: its stream can open (a new thread's answers 404 until then).
@@ -848,21 +803,8 @@ export class Chat {
 
   /** Where to join `run`: after its last applied event, with the openers still open. */
   private resumePoint(run: RunState): ResumePoint {
-    const openers: BaseEvent[] = [];
-    if (run.started && run.cursor > 0) {
-      const threadId = this.state.threadId!;
-      openers.push({ type: "RUN_STARTED", threadId, runId: run.runId } as BaseEvent);
-      for (const item of this.liveState?.items ?? []) {
-        if (item.runId !== run.runId) continue;
-        if (item.streaming) openers.push({ type: "TEXT_MESSAGE_START", messageId: item.key, role: "assistant" } as BaseEvent);
-        for (const step of item.steps ?? []) {
-          if (step.kind === "tool" && step.status === "running") {
-            openers.push({ type: "TOOL_CALL_START", toolCallId: step.id, toolCallName: step.name, parentMessageId: item.key } as BaseEvent);
-          }
-        }
-      }
-    }
-    return { runId: run.runId, after: run.cursor, openers };
+    const open = run.started && run.cursor > 0 ? openers(this.liveState?.items ?? [], this.state.threadId!, run.runId) : [];
+    return { runId: run.runId, after: run.cursor, openers: open };
   }
 
   private async reloadHistory(): Promise<void> {
@@ -1084,183 +1026,15 @@ export class Chat {
 
   // ------------------------------------------------------------------ AG-UI events
 
-  /** Applies one AG-UI event of `run` to the live items. */
+  /** Applies one AG-UI event of `run` to the live items (events.ts). */
   private apply(run: RunState, event: AGUIEvent): void {
     const live = this.liveState;
     if (!live) return;
-    const item = (key: string): ChatItem => {
-      let found = live.items.find((i) => i.key === key);
-      if (!found) {
-        found = { key, role: "assistant", text: "", runId: run.runId, day: today() };
-        live.items.push(found);
-      }
-      return found;
-    };
-    const replace = (target: ChatItem, patch: Partial<ChatItem>) => {
-      const index = live.items.indexOf(target);
-      live.items[index] = { ...target, ...patch };
-    };
-    const stepOf = (id: string): [ChatItem, Step] | null => {
-      for (const candidate of live.items) {
-        const step = candidate.steps?.find((s) => s.id === id);
-        if (step) return [candidate, step];
-      }
-      return null;
-    };
-    const updateStep = (id: string, patch: (step: Step) => Partial<Step>) => {
-      const found = stepOf(id);
-      if (!found) return;
-      const [owner, step] = found;
-      replace(owner, { steps: owner.steps!.map((s) => (s === step ? { ...s, ...patch(s) } : s)) });
-    };
-    const lastAssistant = (): ChatItem => {
-      const mine = live.items.filter((i) => i.runId === run.runId && i.role === "assistant");
-      return mine[mine.length - 1] ?? item(`${run.runId}:steps`);
-    };
-    const closeAll = () => {
-      live.items = live.items.map((i) => (i.runId === run.runId && i.streaming ? { ...i, streaming: false } : i));
-    };
-    switch (event.type) {
-      case EventType.TEXT_MESSAGE_START:
-        replace(item(event.messageId), { streaming: true });
-        break;
-      case EventType.TEXT_MESSAGE_CONTENT: {
-        const target = item(event.messageId);
-        replace(target, { text: target.text + event.delta, streaming: true });
-        break;
-      }
-      case EventType.TEXT_MESSAGE_END:
-        replace(item(event.messageId), { streaming: false });
-        break;
-      case EventType.TOOL_CALL_START: {
-        const owner = event.parentMessageId ? item(event.parentMessageId) : lastAssistant();
-        replace(owner, { steps: [...(owner.steps ?? []), { id: event.toolCallId, kind: "tool", name: event.toolCallName, args: "", status: "running" }] });
-        break;
-      }
-      case EventType.TOOL_CALL_ARGS: {
-        const delta = event.delta;
-        updateStep(event.toolCallId, (s) => ({ args: s.args + delta }));
-        break;
-      }
-      case EventType.TOOL_CALL_END:
-        updateStep(event.toolCallId, () => ({ status: "called" }));
-        break;
-      case EventType.TOOL_CALL_RESULT: {
-        const { content, messageId } = event;
-        updateStep(event.toolCallId, () => ({ status: "done", result: typeof content === "string" ? content : JSON.stringify(content), resultMessageId: messageId }));
-        break;
-      }
-      case EventType.STEP_STARTED: {
-        const owner = lastAssistant();
-        const id = `step:${event.stepName}:${owner.steps?.length ?? 0}`;
-        replace(owner, { steps: [...(owner.steps ?? []), { id, kind: "step", name: event.stepName, args: "", status: "running" }] });
-        break;
-      }
-      case EventType.STEP_FINISHED:
-        for (const owner of live.items) {
-          const step = owner.steps?.find((s) => s.kind === "step" && s.name === event.stepName && s.status === "running");
-          if (step) {
-            updateStep(step.id, () => ({ status: "done" }));
-            break;
-          }
-        }
-        break;
-      case EventType.CUSTOM:
-        this.applyCustom(run, event.name, event.value as unknown, item, replace, updateStep);
-        break;
-      case EventType.RUN_FINISHED: {
-        run.terminal = true;
-        closeAll();
-        if (event.outcome?.type === "interrupt") {
-          for (const interrupt of event.outcome.interrupts) {
-            const key = `prompt:${interrupt.id}`;
-            // Once: a tab that saw the question come may be sent it again (a fresh snapshot).
-            if (live.items.some((i) => i.key === key)) continue;
-            live.items.push({ key, role: "prompt", text: interrupt.message ?? "", runId: run.runId, day: today(), prompt: { interrupt: promptInterrupt(interrupt), status: "pending" } });
-          }
-          this.announce("The agent asks you a question");
-        } else {
-          this.announce("Reply complete");
-        }
-        break;
-      }
-      case EventType.RUN_ERROR:
-        run.terminal = true;
-        closeAll();
-        if (event.code === "cancelled") {
-          live.items.push({ key: `notice:${run.runId}:stopped`, role: "notice", level: "info", text: "Stopped: the agent was cancelled before it finished.", runId: run.runId, day: today() });
-          this.announce("Stopped");
-        } else {
-          live.items.push({ key: `notice:${run.runId}:error`, role: "notice", level: "error", text: `The run failed: ${event.message || event.code || "unknown error"}`, runId: run.runId, day: today() });
-          this.announce("The run failed");
-        }
-        break;
-      default:
-        break;
-    }
+    const applied = applyEvent(live.items, event, { runId: run.runId, day: today() });
+    live.items = applied.items;
+    if (applied.terminal) run.terminal = true;
+    if (applied.announcement !== null) this.announce(applied.announcement);
   }
-
-  private applyCustom(
-    run: RunState,
-    name: string,
-    value: unknown,
-    item: (key: string) => ChatItem,
-    replace: (target: ChatItem, patch: Partial<ChatItem>) => void,
-    updateStep: (id: string, patch: (step: Step) => Partial<Step>) => void,
-  ): void {
-    const live = this.liveState!;
-    if (name === "ui_hints" && isCustom("ui_hints", value)) {
-      const schema = compileHints(value.hints);
-      if (!schema) return;
-      const owner = live.items.find((i) => i.steps?.some((s) => s.resultMessageId === value.messageId));
-      if (owner) {
-        const step = owner.steps!.find((s) => s.resultMessageId === value.messageId)!;
-        updateStep(step.id, () => ({ ui: schema }));
-      } else {
-        const target = item(value.messageId);
-        replace(target, { ui: [...(target.ui ?? []), schema] });
-      }
-    } else if (name === "attachments" && isCustom("attachments", value)) {
-      const target = item(value.messageId);
-      replace(target, { files: [...(target.files ?? []), ...value.files.map(generatedFile)] });
-    } else if (name === "interaction_timeout" && isCustom("interaction_timeout", value)) {
-      const prompt = live.items.find((i) => i.prompt?.interrupt.id === value.promptId);
-      if (prompt?.prompt) {
-        replace(prompt, { prompt: { ...prompt.prompt, status: "timed_out", error: value.error ?? prompt.prompt.error } });
-      } else {
-        live.items.push({ key: `notice:${run.runId}:timeout`, role: "notice", level: "info", text: value.error ?? "A question timed out.", runId: run.runId, day: today() });
-      }
-    }
-  }
-}
-
-/** Whether a CUSTOM event's value has the shape its name promises (types.ts, `CustomValues`). */
-function isCustom<N extends keyof CustomValues>(name: N, value: unknown): value is CustomValues[N] {
-  if (typeof value !== "object" || value === null) return false;
-  const fields = value as Record<string, unknown>;
-  switch (name) {
-    case "ui_hints":
-      return typeof fields.messageId === "string" && typeof fields.hints === "object" && fields.hints !== null;
-    case "attachments":
-      return typeof fields.messageId === "string" && Array.isArray(fields.files);
-    case "interaction_timeout":
-      return typeof fields.promptId === "string";
-    default:
-      return false;
-  }
-}
-
-/** An AG-UI interrupt as Switchboard sends it: its prompt in `metadata.prompt`. */
-function promptInterrupt(interrupt: Interrupt): PromptInterrupt {
-  const prompt: unknown = interrupt.metadata?.prompt;
-  return {
-    id: interrupt.id,
-    reason: interrupt.reason,
-    message: interrupt.message,
-    responseSchema: interrupt.responseSchema,
-    expiresAt: interrupt.expiresAt,
-    metadata: typeof prompt === "object" && prompt !== null ? { prompt: prompt as Prompt } : undefined,
-  };
 }
 
 /** A user message of a run's input: its text and the files it points at. */
@@ -1298,10 +1072,6 @@ function userFiles(message: HistoryMessage): FileRef[] {
     size: file.size_bytes,
     icon: FILE_TYPES[file.mime_type]?.icon,
   }));
-}
-
-function generatedFile(file: GeneratedFile): FileRef {
-  return { name: file.filename, contentUrl: file.content_url ?? null, icon: file.icon_type };
 }
 
 function isExpired(interrupt: PromptInterrupt): boolean {
