@@ -29,10 +29,12 @@ mod ole;
 mod ooxml;
 mod pdf;
 mod ppt;
+mod sheet;
 mod sink;
 mod svg;
 mod vision;
 mod xls;
+mod xlsx;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -243,7 +245,7 @@ pub fn extract(
     match kind {
         Kind::Pdf => guarded("PDF", || pdf::extract(bytes, limits)),
         Kind::Docx => guarded("DOCX", || ooxml::docx(bytes, limits)),
-        Kind::Xlsx => guarded("XLSX", || ooxml::xlsx(bytes, limits)),
+        Kind::Xlsx => guarded("XLSX", || xlsx::extract(bytes, limits)),
         Kind::Pptx => guarded("PPTX", || ooxml::pptx(bytes, limits)),
         Kind::Text => {
             let mut sink = Sink::new(limits);

@@ -349,7 +349,7 @@ fn pptx_slides_come_out_in_numeric_order() {
 fn xlsx_fixture() -> Vec<u8> {
     let workbook = br#"<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="Summary" sheetId="2" r:id="rId2"/><sheet name="Data &amp; more" sheetId="1" r:id="rId1"/></sheets></workbook>"#;
     let rels = br#"<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="worksheet" Target="worksheets/sheet1.xml"/><Relationship Id="rId2" Type="worksheet" Target="/xl/worksheets/sheet2.xml"/></Relationships>"#;
-    let shared = br#"<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" count="3" uniqueCount="3"><si><t>Name</t></si><si><r><t>Rich </t></r><r><t>text</t></r><rPh><t>skip</t></rPh></si><si><t>a,b</t></si></sst>"#;
+    let shared = br#"<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" count="3" uniqueCount="3"><si><t>Name</t></si><si><r><t xml:space="preserve">Rich </t></r><r><t>text</t></r><rPh><t>skip</t></rPh></si><si><t>a,b</t></si></sst>"#;
     let sheet1 = br#"<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData><row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c></row><row r="2"><c r="A2"><v>42.5</v></c><c r="C2" t="inlineStr"><is><t>inline</t></is></c><c r="D2" t="b"><v>1</v></c></row><row r="3"><c r="B3" t="s"><v>2</v></c></row><row r="4"/></sheetData></worksheet>"#;
     let sheet2 = br#"<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData><row r="1"><c r="A1" t="str"><f>1+1</f><v>total</v></c></row></sheetData></worksheet>"#;
     zip_of(&[
@@ -396,6 +396,194 @@ fn xlsx_without_a_workbook_falls_back_to_numbered_sheets() {
     let xlsx = zip_of(&[("xl/worksheets/sheet1.xml", sheet)]);
     let (text, _) = text_of(extract(XLSX_MIME, "b.xlsx", &xlsx, &limits()));
     assert_eq!(text, "--- Sheet: Sheet1 ---\n7,8\n");
+}
+
+/// An XLSX of `sheet` as `xl/worksheets/sheet1.xml` and the other parts given.
+fn xlsx_of(sheet: &str, parts: &[(&str, &str)]) -> Vec<u8> {
+    let mut entries: Vec<(&str, &[u8])> = vec![("xl/worksheets/sheet1.xml", sheet.as_bytes())];
+    entries.extend(parts.iter().map(|(name, xml)| (*name, xml.as_bytes())));
+    zip_of(&entries)
+}
+
+#[test]
+fn xlsx_strings_formulas_and_values_come_out_as_calamine_reads_them() {
+    // Text without xml:space="preserve" is trimmed (as Excel shows it), `_xHHHH_` escapes are
+    // decoded, rich text runs are joined and phonetic runs left out, inline strings included.
+    let shared = r#"<sst uniqueCount="4"><si><t> padded </t></si><si><t xml:space="preserve"> kept </t></si><si><t>a_x0009_b</t></si><si><r><t>Bold</t></r><r><t xml:space="preserve"> and plain</t></r></si></sst>"#;
+    let sheet = r#"<worksheet><sheetData>
+<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c><c r="C1" t="s"><v>2</v></c><c r="D1" t="s"><v>3</v></c></row>
+<row r="2"><c r="A2"><f>1+1</f><v>2</v></c><c r="B2"><f t="shared" ref="B2:B3" si="0">A2*2</f><v>4</v></c><c r="C2" t="e"><f>1/0</f><v>#DIV/0!</v></c><c r="D2" t="b"><v>true</v></c></row>
+<row r="3"><c r="B3"><f t="shared" si="0"/><v>8</v></c><c r="C3" t="inlineStr"><is><r><t>漢字</t></r><rPh sb="0" eb="2"><t>かんじ</t></rPh></is></c></row>
+<row r="4"><c r="A4"><v>1E-3</v></c><c r="B4" t="d"><v>2024-01-01T00:00:00</v></c><c r="C4" t="s"><v>99</v></c><c r="D4"><v>5</v></c></row>
+</sheetData></worksheet>"#;
+    let xlsx = xlsx_of(sheet, &[("xl/sharedStrings.xml", shared)]);
+    let (text, truncated) = text_of(extract(XLSX_MIME, "s.xlsx", &xlsx, &limits()));
+    assert!(!truncated);
+    // Cached formula values (shared formulas too), the error and boolean as Excel shows them,
+    // numbers as parsed (1E-3), an ISO date cell as written, a shared string that is not in
+    // the table skipped.
+    assert_eq!(
+        text,
+        "--- Sheet: Sheet1 ---\npadded, kept ,a\tb,Bold and plain\n2,4,#DIV/0!,TRUE\n,8,漢字\n0.001,2024-01-01T00:00:00,,5\n"
+    );
+}
+
+const REL: &str = "http://schemas.openxmlformats.org/officeDocument/2006/relationships";
+
+#[test]
+fn xlsx_dates_follow_the_1904_date_system_and_chart_sheets_are_left_out() {
+    let workbook = format!(
+        r#"<workbook xmlns:r="{REL}"><workbookPr date1904="1"/><sheets><sheet name="Dates" sheetId="1" r:id="rId1"/><sheet name="Chart" sheetId="2" r:id="rId2"/></sheets></workbook>"#
+    );
+    let rels = format!(
+        r#"<Relationships><Relationship Id="rId1" Type="{REL}/worksheet" Target="worksheets/sheet1.xml"/><Relationship Id="rId2" Type="{REL}/chartsheet" Target="chartsheets/sheet1.xml"/></Relationships>"#
+    );
+    let styles =
+        r#"<styleSheet><cellXfs><xf numFmtId="0"/><xf numFmtId="14"/></cellXfs></styleSheet>"#;
+    let sheet = r#"<worksheet><sheetData><row><c s="1"><v>43830</v></c><c><v>43830</v></c></row></sheetData></worksheet>"#;
+    let xlsx = xlsx_of(
+        sheet,
+        &[
+            ("xl/workbook.xml", &workbook),
+            ("xl/_rels/workbook.xml.rels", &rels),
+            ("xl/styles.xml", styles),
+            (
+                "xl/chartsheets/sheet1.xml",
+                "<chartsheet><sheetPr/></chartsheet>",
+            ),
+        ],
+    );
+    let (text, _) = text_of(extract(XLSX_MIME, "mac.xlsx", &xlsx, &limits()));
+    // Day 43830 of the 1904 system is day 45292 of the 1900 one.
+    assert_eq!(text, "--- Sheet: Dates ---\n2024-01-01,43830\n");
+}
+
+#[test]
+fn an_xlsx_whose_workbook_calamine_cannot_follow_is_read_by_numbered_sheets() {
+    // An Excel 4 macro sheet is a sheet type calamine refuses.
+    let workbook = format!(
+        r#"<workbook xmlns:r="{REL}"><sheets><sheet name="Macro1" sheetId="1" r:id="rId1"/><sheet name="Data" sheetId="2" r:id="rId2"/></sheets></workbook>"#
+    );
+    let rels = format!(
+        r#"<Relationships><Relationship Id="rId1" Type="http://schemas.microsoft.com/office/2006/relationships/xlMacrosheet" Target="macrosheets/sheet1.xml"/><Relationship Id="rId2" Type="{REL}/worksheet" Target="worksheets/sheet1.xml"/></Relationships>"#
+    );
+    let sheet = r#"<worksheet><sheetData><row><c><v>7</v></c></row></sheetData></worksheet>"#;
+    let xlsx = xlsx_of(
+        sheet,
+        &[
+            ("xl/workbook.xml", &workbook),
+            ("xl/_rels/workbook.xml.rels", &rels),
+        ],
+    );
+    let (text, _) = text_of(extract(XLSX_MIME, "m.xlsm.xlsx", &xlsx, &limits()));
+    assert_eq!(text, "--- Sheet: Sheet1 ---\n7\n");
+}
+
+#[test]
+fn an_xlsx_sheet_spanning_the_whole_grid_is_read_cell_by_cell() {
+    // Read as a calamine `Range`, these two cells would be a dense grid of 17 billion.
+    let sheet = r#"<worksheet><dimension ref="A1:XFD1048576"/><sheetData><row r="1"><c r="A1"><v>1</v></c></row><row r="1048576"><c r="XFD1048576"><v>2</v></c></row></sheetData></worksheet>"#;
+    let (text, truncated) = text_of(extract(
+        XLSX_MIME,
+        "corners.xlsx",
+        &xlsx_of(sheet, &[]),
+        &limits(),
+    ));
+    assert!(!truncated);
+    assert_eq!(
+        text,
+        format!("--- Sheet: Sheet1 ---\n1\n{}2\n", ",".repeat(1000))
+    );
+}
+
+#[test]
+fn an_xlsx_declaring_a_trillion_strings_and_a_huge_font_in_every_style_is_read_within_bounds() {
+    // calamine reserves what `uniqueCount` declares, and copies a style's font into each of
+    // the cell styles using it (70 000 x 1 MiB here): neither reaches it.
+    let shared =
+        r#"<sst count="1000000000000" uniqueCount="1000000000000"><si><t>kept</t></si></sst>"#;
+    let mut styles = format!(
+        r#"<styleSheet><numFmts count="2"><numFmt numFmtId="164" formatCode="yyyy\-mm\-dd"/><numFmt numFmtId="165" formatCode="{}"/></numFmts><fonts count="1"><font><name val="{}"/></font></fonts><cellXfs count="70000"><xf numFmtId="0" fontId="0"/>"#,
+        "y".repeat(300),
+        "A".repeat(1024 * 1024)
+    );
+    for _ in 1..70_000 {
+        styles.push_str(r#"<xf numFmtId="164" fontId="0"><alignment wrapText="1"/></xf>"#);
+    }
+    styles.push_str(r#"<xf numFmtId="165"/></cellXfs></styleSheet>"#);
+    // Styles 1 and 65535 are dates; 65536 is past the styles kept, and 70000 uses a format
+    // code longer than Excel allows: numbers.
+    let sheet = r#"<worksheet><sheetData><row><c t="s" s="1"><v>0</v></c><c s="1"><v>45292</v></c><c s="65535"><v>45292</v></c><c s="65536"><v>45292</v></c><c s="70000"><v>45292</v></c></row></sheetData></worksheet>"#;
+    let xlsx = xlsx_of(
+        sheet,
+        &[("xl/sharedStrings.xml", shared), ("xl/styles.xml", &styles)],
+    );
+    let (text, truncated) = text_of(extract(XLSX_MIME, "decl.xlsx", &xlsx, &limits()));
+    assert!(!truncated);
+    assert_eq!(
+        text,
+        "--- Sheet: Sheet1 ---\nkept,2024-01-01,2024-01-01,45292,45292\n"
+    );
+}
+
+#[test]
+fn xlsx_text_is_cut_at_the_decompression_cap_broken_xml_and_the_deadline() {
+    let rows: String = (0..10_000)
+        .map(|i| format!(r#"<row><c t="inlineStr"><is><t>row {i}</t></is></c></row>"#))
+        .collect();
+    let sheet = format!("<worksheet><sheetData>{rows}</sheetData></worksheet>");
+    let xlsx = xlsx_of(&sheet, &[]);
+    let capped = Limits {
+        max_decompressed_bytes: 64 * 1024,
+        ..limits()
+    };
+    let (text, truncated) = text_of(extract(XLSX_MIME, "big.xlsx", &xlsx, &capped));
+    assert!(truncated, "the cut must be reported");
+    assert!(
+        text.starts_with("--- Sheet: Sheet1 ---\nrow 0\nrow 1\n"),
+        "{text}"
+    );
+    // Each row is 55 bytes of XML and about 9 of text: the cap cuts after some 1 190 rows.
+    let lines = text.lines().count();
+    assert!((1_000..1_200).contains(&lines), "{lines} lines");
+    assert!(text.ends_with('\n'), "only whole rows: {text:?}");
+
+    // Broken XML in a sheet keeps the text before it (the sheet's header at least), marked
+    // truncated; broken shared strings make the file corrupt.
+    let late =
+        r#"<worksheet><sheetData><row><c t="inlineStr"><is><t>kept</t></is></c></row><!-- broken"#;
+    let (text, truncated) = text_of(extract(XLSX_MIME, "l.xlsx", &xlsx_of(late, &[]), &limits()));
+    assert_eq!(
+        (text.as_str(), truncated),
+        ("--- Sheet: Sheet1 ---\nkept\n", true)
+    );
+    let early = r#"<worksheet><sheetData><!-- broken"#;
+    let (text, truncated) = text_of(extract(
+        XLSX_MIME,
+        "e.xlsx",
+        &xlsx_of(early, &[]),
+        &limits(),
+    ));
+    assert_eq!(
+        (text.as_str(), truncated),
+        ("--- Sheet: Sheet1 ---\n", true)
+    );
+    let strings = [("xl/sharedStrings.xml", "<sst><si><t>a</t></si><!-- broken")];
+    let result = extract(XLSX_MIME, "s.xlsx", &xlsx_of(late, &strings), &limits());
+    assert!(
+        matches!(result, Err(ExtractError::Corrupt { format: "XLSX", .. })),
+        "{result:?}"
+    );
+
+    let no_time = Limits {
+        timeout: Duration::ZERO,
+        ..limits()
+    };
+    let result = extract(XLSX_MIME, "big.xlsx", &xlsx, &no_time);
+    assert!(
+        matches!(result, Err(ExtractError::TimedOut(_))),
+        "{result:?}"
+    );
 }
 
 #[test]
@@ -719,26 +907,6 @@ fn an_xlsx_of_ten_million_empty_shared_strings_keeps_at_most_a_million() {
         "the shared strings past the limit are reported as missing"
     );
     assert_eq!(text, "--- Sheet: Sheet1 ---\n");
-}
-
-#[test]
-fn packed_shared_strings_are_found_by_index() {
-    let mut strings = ooxml_test_support::shared(&["", "a", "bc", ""]);
-    assert_eq!(
-        (0..5).map(|i| strings.get(i)).collect::<Vec<_>>(),
-        [Some(""), Some("a"), Some("bc"), Some(""), None]
-    );
-    assert!(strings.push("d"));
-}
-
-mod ooxml_test_support {
-    pub(super) fn shared(items: &[&str]) -> crate::ooxml::SharedStrings {
-        let mut strings = crate::ooxml::SharedStrings::default();
-        for s in items {
-            assert!(strings.push(s));
-        }
-        strings
-    }
 }
 
 #[test]

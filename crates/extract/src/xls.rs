@@ -1,9 +1,6 @@
 //! Excel 97-2003 (.xls, BIFF8 and the older BIFF versions calamine reads): each worksheet, in
-//! workbook order, under a `--- Sheet: name ---` header, its rows as CSV lines: the text shape
-//! of the XLSX reader (`ooxml::xlsx`), cell for cell: empty rows skipped, gaps between cells
-//! kept (at most [`MAX_COLUMN_GAP`] empty columns padded), `TRUE` / `FALSE`, dates and times as
-//! `YYYY-MM-DD`, `HH:MM:SS` or both, errors as Excel shows them (`#DIV/0!`), cached formula
-//! values.
+//! workbook order, under a `--- Sheet: name ---` header, its rows as CSV lines, cell for cell as
+//! the XLSX reader (`xlsx.rs`) shows them (see `sheet.rs`).
 //!
 //! The workbook is read by calamine, which parses the whole `Workbook` stream when it opens it
 //! and keeps every sheet as a dense grid: one value per cell of the sheet's bounding box, after
@@ -20,14 +17,13 @@
 //! that loop (calamine's own container reader would follow them). Text stops at
 //! `max_text_chars` and the deadline is checked for every row.
 
-use std::borrow::Cow;
 use std::io::Cursor;
 use std::mem::size_of;
 
 use calamine::{Data, Reader as _, SheetType, Xls, XlsError};
 
 use crate::ole::{Container, index, u16_at, u32_at};
-use crate::ooxml::{MAX_COLUMN_GAP, csv_field, serial_date};
+use crate::sheet::{Line, shown};
 use crate::sink::Sink;
 use crate::{ExtractError, Extracted, Limits};
 
@@ -38,9 +34,6 @@ const FORMAT: &str = "XLS";
 /// 10 MB workbook of such rows peaks at 90 MB read whole; BIFF8's largest sheet, 65 536 rows by
 /// 256 columns, would take 1.3 GB and is refused).
 const GRID_PER_DECOMPRESSED_BYTE: u64 = 4;
-
-/// Days from the 1900 date system's day 0 to the 1904 system's.
-const DAYS_1900_TO_1904: f64 = 1462.0;
 
 /// A BIFF record: its type and data (`CONTINUE` records are records of their own here).
 struct Record<'s> {
@@ -211,60 +204,22 @@ fn grid_bytes(stream: &[u8]) -> (u64, (u64, u64)) {
     (total.saturating_add(largest), extent_of_largest)
 }
 
-/// A cell as the XLSX reader shows it.
-fn shown(cell: &Data, is_1904: bool) -> Cow<'_, str> {
-    match cell {
-        Data::Empty => Cow::Borrowed(""),
-        Data::String(s) | Data::DateTimeIso(s) | Data::DurationIso(s) => Cow::Borrowed(s),
-        Data::Float(f) => Cow::Owned(f.to_string()),
-        Data::Int(i) => Cow::Owned(i.to_string()),
-        Data::Bool(true) => Cow::Borrowed("TRUE"),
-        Data::Bool(false) => Cow::Borrowed("FALSE"),
-        Data::DateTime(date) => {
-            let serial = date.as_f64();
-            let in_1900 = if is_1904 {
-                serial + DAYS_1900_TO_1904
-            } else {
-                serial
-            };
-            Cow::Owned(serial_date(in_1900).unwrap_or_else(|| serial.to_string()))
-        }
-        Data::Error(error) => Cow::Owned(error.to_string()),
-    }
-}
-
 /// One sheet's rows as CSV lines; `false` when reading should stop.
 fn sheet_rows(range: &calamine::Range<Data>, is_1904: bool, sink: &mut Sink) -> bool {
     let Some((_, first_col)) = range.start() else {
         return true;
     };
     let first_col = index(first_col);
-    let mut line = String::new();
+    let mut line = Line::default();
     for row in range.rows() {
         if sink.done() {
             return false;
         }
-        line.clear();
-        let mut col = 0usize;
         for (i, cell) in row.iter().enumerate() {
-            let value = shown(cell, is_1904);
-            // Cells past what the text can still hold are dropped, as in the XLSX reader.
-            if value.is_empty() || line.len() > sink.room_bytes() {
-                continue;
-            }
-            let at = (first_col + i).max(col);
-            let gap = at.saturating_sub(col).min(MAX_COLUMN_GAP);
-            for _ in 0..gap + usize::from(col > 0) {
-                line.push(',');
-            }
-            csv_field(&value, &mut line);
-            col = at + 1;
+            line.cell(first_col + i, &shown(cell, is_1904), sink);
         }
-        if col > 0 {
-            line.push('\n');
-            if !sink.push(&line) {
-                return false;
-            }
+        if !line.end(sink) {
+            return false;
         }
     }
     true
