@@ -81,6 +81,17 @@ upstreams() {
   echo "$list"
 }
 
+# On the cluster the services' own NATS users may not create streams and buckets: the admin
+# does, as a deployment's Job does (`<service> nats-setup`), before any service starts.
+if [ "$cluster" = 1 ]; then
+  (
+    set -a; source "$env_file"; set +a
+    export SB_NATS_USER=admin
+    SB_NATS_PASSWORD="$(nats_password admin)"; export SB_NATS_PASSWORD
+    "$ROOT/target/debug/switchboard-runs" nats-setup >>"$DATA/logs/nats-setup.log" 2>&1 </dev/null
+  ) || die "nats-setup failed; see $DATA/logs/nats-setup.log"
+fi
+
 for service in attachments runs history worker; do
   for ((replica = 0; replica < replicas; replica++)); do
     port=$((PORTS[$service] + replica * REPLICA_OFFSET))

@@ -374,6 +374,7 @@ impl Fleet {
             replicas: fleet_replicas,
             env,
         };
+        fleet.setup_nats().await?;
         for index in 0..fleet.replicas.len() {
             fleet.spawn(index)?;
         }
@@ -381,6 +382,24 @@ impl Fleet {
             fleet.wait_ready(index).await?;
         }
         Ok(fleet)
+    }
+
+    /// Creates the streams and buckets as a deployment's Job does, before any service starts:
+    /// `switchboard-runs nats-setup` as the NATS admin (the services' own users may not).
+    async fn setup_nats(&self) -> anyhow::Result<()> {
+        let mut setup = Command::new(crate::binary("switchboard-runs")?);
+        setup
+            .env_clear()
+            .envs(self.env.iter().cloned())
+            .env("SB_NATS_USER", "admin")
+            .env("SB_NATS_PASSWORD", password("admin"))
+            .arg("nats-setup")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let status = tokio::task::spawn_blocking(move || setup.status()).await??;
+        anyhow::ensure!(status.success(), "nats-setup failed: {status}");
+        Ok(())
     }
 
     fn index(&self, service: &str, replica: usize) -> anyhow::Result<usize> {

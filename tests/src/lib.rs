@@ -83,6 +83,9 @@ pub struct Options {
     /// Bytes of runs one owner may start per day across the runs replicas
     /// (`SB_RUNS_OWNER_BYTES_PER_DAY`; 1 TiB by default here, so no other test meets it).
     pub runs_owner_bytes_per_day: u64,
+    /// Bytes one owner may keep in history (`SB_RUNS_OWNER_HISTORY_BYTES`; the product's 1 GiB
+    /// by default).
+    pub runs_owner_history_bytes: u64,
     /// Bytes of run events one owner's runs may produce per day across the workers
     /// (`SB_WORKER_OWNER_EVENT_BYTES_PER_DAY`; 1 TiB by default here).
     pub worker_event_bytes_per_day: u64,
@@ -130,6 +133,7 @@ impl Default for Options {
             agents_file: None,
             worker_test_agents: true,
             runs_owner_bytes_per_day: 1 << 40,
+            runs_owner_history_bytes: 1 << 30,
             worker_event_bytes_per_day: 1 << 40,
             token_budgets: platform::tokens::TokenBudgets::default(),
             max_active_per_owner: 10_000,
@@ -160,6 +164,7 @@ pub struct TestPlatform {
     shutdown: CancellationToken,
     /// The runs service's budget of bytes per owner per day, for more replicas of it.
     runs_owner_bytes_per_day: u64,
+    runs_owner_history_bytes: u64,
     token_budgets: platform::tokens::TokenBudgets,
     max_active_per_owner: u32,
     /// The worker's settings, for more replicas of it.
@@ -249,6 +254,8 @@ impl TestPlatform {
             rate_burst: options.rate_burst,
             max_streams_per_owner: options.max_streams_per_owner,
             owner_bytes_per_day: options.runs_owner_bytes_per_day,
+            owner_history_bytes: options.runs_owner_history_bytes,
+            stream_recheck: Duration::from_secs(60),
             token_budgets: options.token_budgets.clone(),
             max_active_per_owner: options.max_active_per_owner,
             lookup_rate: GENEROUS_LOOKUPS,
@@ -303,6 +310,7 @@ impl TestPlatform {
             shutdown,
             worker_config,
             runs_owner_bytes_per_day: options.runs_owner_bytes_per_day,
+            runs_owner_history_bytes: options.runs_owner_history_bytes,
             token_budgets: options.token_budgets.clone(),
             max_active_per_owner: options.max_active_per_owner,
         })
@@ -322,6 +330,8 @@ impl TestPlatform {
             rate_burst: 10_000,
             max_streams_per_owner: 100,
             owner_bytes_per_day: self.runs_owner_bytes_per_day,
+            owner_history_bytes: self.runs_owner_history_bytes,
+            stream_recheck: Duration::from_secs(60),
             token_budgets: self.token_budgets.clone(),
             max_active_per_owner: self.max_active_per_owner,
             lookup_rate: GENEROUS_LOOKUPS,
@@ -906,7 +916,7 @@ pub fn spawn_binary(service: &str, env: &[(&str, &str)]) -> anyhow::Result<tokio
 }
 
 /// Where `cargo build` put the workspace's binaries: next to this test's `deps/` folder.
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe
         .parent()

@@ -145,6 +145,71 @@ async fn each_service_speaks_on_the_bus_only_as_itself_and_a_run_still_goes_end_
         admin.get_stream(names.runs_stream()).await.is_ok(),
         "the stream is still there"
     );
+
+    // Nor change one: runs may not add history's inbox to the runs stream's subjects (to keep
+    // history's replies: signed links) nor shorten its age (to empty it), and may not delete
+    // history's durable consumer. The admin's `nats-setup` made them; the users only use them.
+    let runs_js = async_nats::jetstream::new(runs);
+    let mut before = admin.get_stream(names.runs_stream()).await.unwrap();
+    let before = before.info().await.unwrap().config.clone();
+    let mut capture = before.clone();
+    capture.subjects.push("_INBOX_history.>".to_owned());
+    capture.max_age = Duration::from_secs(1);
+    let updated =
+        tokio::time::timeout(Duration::from_secs(5), runs_js.update_stream(capture)).await;
+    assert!(
+        !matches!(updated, Ok(Ok(_))),
+        "runs changed the runs stream: {updated:?}"
+    );
+    let events = runs_js.get_stream(names.run_events_stream()).await.unwrap();
+    let deleted = tokio::time::timeout(
+        Duration::from_secs(5),
+        events.delete_consumer(protocol::messaging::HISTORY_EVENTS_CONSUMER),
+    )
+    .await;
+    assert!(
+        !matches!(deleted, Ok(Ok(_))),
+        "runs deleted history's consumer"
+    );
+    // Nor change it: JetStream's create is create-or-update, and a durable of history's with
+    // another filter would starve history of events.
+    let mut hijack = events
+        .consumer_info(protocol::messaging::HISTORY_EVENTS_CONSUMER)
+        .await
+        .unwrap()
+        .config
+        .clone();
+    hijack.filter_subject = format!("{}.nothing", names.prefix());
+    let changed = tokio::time::timeout(
+        Duration::from_secs(5),
+        events.create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: hijack.durable_name.clone(),
+            filter_subject: hijack.filter_subject.clone(),
+            ack_policy: hijack.ack_policy,
+            ack_wait: hijack.ack_wait,
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert!(
+        !matches!(changed, Ok(Ok(_))),
+        "runs changed history's consumer"
+    );
+    let mut after = admin.get_stream(names.runs_stream()).await.unwrap();
+    assert_eq!(
+        after.info().await.unwrap().config,
+        before,
+        "the stream changed"
+    );
+    let events = admin.get_stream(names.run_events_stream()).await.unwrap();
+    let kept = events
+        .consumer_info(protocol::messaging::HISTORY_EVENTS_CONSUMER)
+        .await
+        .expect("history's consumer is still there");
+    assert_eq!(
+        kept.config.filter_subject, "",
+        "history's consumer was changed"
+    );
 }
 
 /// What a client following a run's events through the gateway saw.

@@ -480,3 +480,135 @@ async fn an_owners_prompts_waiting_for_an_answer_are_capped_and_an_answer_makes_
     );
     interrupt_id(&ask(&platform, &alice, &threads[2], "ask3").await);
 }
+
+/// Posts `body` to `runs` again until it is accepted (what a replica read of an owner's
+/// history may be a second old, `platform::kept::KEPT_CACHE_FOR`; a refused run leaves nothing
+/// behind); the last answer.
+async fn post_until_accepted(
+    http: &reqwest::Client,
+    runs: &str,
+    token: &str,
+    body: &Value,
+) -> (u16, Option<String>, Value) {
+    let deadline = tokio::time::Instant::now() + switchboard_system_tests::EVENTUAL;
+    loop {
+        let answer = post(http, runs, token, body).await;
+        if answer.0 == 202 || tokio::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// What one owner keeps in history is bounded across the runs replicas
+/// (`SB_RUNS_OWNER_HISTORY_BYTES`): once their ended runs keep that much, every replica refuses
+/// their next run with 403 `quota_exceeded` naming the setting, another owner's runs go on, and
+/// deleting the threads makes room again.
+#[tokio::test]
+async fn what_an_owner_keeps_in_history_is_bounded_across_runs_replicas_and_deleting_threads_frees_it()
+ {
+    let budget: u64 = 48 * 1024;
+    let platform = TestPlatform::spawn_with(Options {
+        runs_owner_history_bytes: budget,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (second, _stop) = platform.spawn_runs_replica().await.unwrap();
+    let replicas = [platform.urls.runs.clone(), second];
+    let (alice, bob) = (platform.infra.token("alice"), platform.infra.token("bob"));
+    let http = &platform.http;
+    // Runs of 8 KiB of text each (the most is 10,000 characters), on threads of their own, each followed to its end (history
+    // has written the run when its stream ends).
+    let run = |n: usize| {
+        text_run(
+            &uuid::Uuid::new_v4().to_string(),
+            &format!("kept-run-{n}"),
+            &format!("{n:04} {}", "k".repeat(8 * 1024)),
+        )
+    };
+    let mut threads = Vec::new();
+    let mut refused = None;
+    for n in 0..40 {
+        let body = run(n);
+        let (status, _, answer) = post(http, &replicas[n % 2], &alice, &body).await;
+        if status == 403 {
+            refused = Some(answer);
+            break;
+        }
+        assert_eq!(status, 202, "run {n}: {answer}");
+        threads.push(body["threadId"].as_str().unwrap().to_owned());
+        let response = http
+            .get(format!(
+                "{}/api/v1/agent/runs/kept-run-{n}/events",
+                replicas[n % 2]
+            ))
+            .bearer_auth(&alice)
+            .send()
+            .await
+            .unwrap();
+        let events = read_sse(response, None).await.unwrap();
+        assert_eq!(
+            events.last().map(|event| &event.data["type"]),
+            Some(&json!("RUN_FINISHED")),
+            "run {n}"
+        );
+    }
+    let refused = refused.expect("40 runs of 8 KiB and never refused");
+    assert_eq!(refused["error"]["code"], "quota_exceeded", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("SB_RUNS_OWNER_HISTORY_BYTES") && message.contains("delete threads"),
+        "{message}"
+    );
+    // What it says she keeps is at least the budget, and no more than what her runs wrote: each
+    // run keeps its 8 KiB message and the agent's reply, a few times 8 KiB at most.
+    let kept: u64 = message
+        .split_whitespace()
+        .nth(3)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in {message}"));
+    assert!(kept >= budget, "{kept} kept, under the {budget} budget");
+    assert!(
+        kept <= threads.len() as u64 * 4 * 9 * 1024,
+        "{kept} kept for {} runs",
+        threads.len()
+    );
+    // Every replica refuses her (one that read her sum before the last runs ended may take a
+    // run or two more first); bob's runs are taken on both.
+    let mut n = 100;
+    for (index, runs) in replicas.iter().enumerate() {
+        let deadline = tokio::time::Instant::now() + switchboard_system_tests::EVENTUAL;
+        loop {
+            n += 1;
+            let body = run(n);
+            let (status, _, answer) = post(http, runs, &alice, &body).await;
+            if status == 403 {
+                break;
+            }
+            assert_eq!(status, 202, "alice on {runs}: {answer}");
+            threads.push(body["threadId"].as_str().unwrap().to_owned());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{runs} never refused alice"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let (status, _, body) = post(http, runs, &bob, &run(200 + index)).await;
+        assert_eq!(status, 202, "bob on {runs}: {body}");
+    }
+    // Her threads deleted, she keeps nothing, and both replicas take her runs again.
+    for thread in &threads {
+        let response = http
+            .delete(format!("{}/api/v1/agent/threads/{thread}", replicas[0]))
+            .bearer_auth(&alice)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 204, "delete {thread}");
+    }
+    for (index, runs) in replicas.iter().enumerate() {
+        let (status, _, body) = post_until_accepted(http, runs, &alice, &run(300 + index)).await;
+        assert_eq!(status, 202, "alice on {runs} after deleting: {body}");
+    }
+}

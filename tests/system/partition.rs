@@ -93,7 +93,7 @@ impl Followed {
 
 /// Follows `run_id`'s events through the gateway to the terminal event, resuming with
 /// `Last-Event-ID` whenever the stream is cut; gives up after 180 s (a hang guard: the runs
-/// service re-reads the log at least every two minutes even when live events were lost).
+/// service re-reads the log when its NATS connection comes back, having lost live events).
 async fn follow(
     http: reqwest::Client,
     gateway: String,
@@ -376,26 +376,61 @@ fn caught_up(info: &Value, node: &str) -> bool {
                 .any(|replica| replica["name"] == node && replica["current"] == true))
 }
 
-/// Restarts replicas of `services` gracefully, one at a time, until each service has one
-/// connected to node `index` (a client picks its node at random, so one in three restarts
-/// lands there), at most 15 times per service; returns how many restarts that took. A service
-/// still without one after that is cut off less; the caller reports who was cut off.
-async fn connect_to(fleet: &mut Fleet, index: usize, services: &[&str]) -> usize {
+/// Restarts replicas of each service gracefully, one at a time, until `wanted` of them are
+/// connected to node `index` (a client picks its node at random, so one in three restarts lands
+/// there), at most 20 times per service; returns how many restarts that took. Where a restarted
+/// replica landed is its service's newest connection across the nodes. A service still short
+/// after that is cut off less; the caller reports who was cut off.
+async fn connect_to(fleet: &mut Fleet, index: usize, services: &[(&str, usize)]) -> usize {
     let mut restarts = 0;
-    for service in services {
-        for attempt in 0..15 {
-            if clients_on(&fleet.nats, index).await.contains_key(*service) {
+    for &(service, wanted) in services {
+        // Which replicas are known to be on the node; unknown ones are restarted first.
+        let mut there = vec![false; wanted];
+        if clients_on(&fleet.nats, index)
+            .await
+            .get(service)
+            .copied()
+            .unwrap_or(0)
+            >= wanted
+        {
+            continue;
+        }
+        for _ in 0..20 {
+            let Some(replica) = there.iter().position(|on| !on) else {
                 break;
-            }
-            let code = fleet
-                .restart_gracefully(service, attempt % 2)
-                .await
-                .unwrap();
+            };
+            let code = fleet.restart_gracefully(service, replica).await.unwrap();
             assert_eq!(code, Some(0), "{service} drained and exited cleanly");
             restarts += 1;
+            there[replica] = newest_connection(&fleet.nats, service).await == Some(index);
         }
     }
     restarts
+}
+
+/// The node serving the most recently opened connection named `service`.
+async fn newest_connection(nats: &NatsCluster, service: &str) -> Option<usize> {
+    let mut newest: Option<(chrono::DateTime<chrono::FixedOffset>, usize)> = None;
+    for node in 0..3 {
+        let connz: Value = reqwest::get(format!("{}/connz?limit=1024", nats.monitor_url(node)))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for connection in connz["connections"].as_array().into_iter().flatten() {
+            let Some(start) = connection["start"]
+                .as_str()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+            else {
+                continue;
+            };
+            if connection["name"] == service && newest.is_none_or(|(at, _)| start > at) {
+                newest = Some((start, node));
+            }
+        }
+    }
+    newest.map(|(_, node)| node)
 }
 
 /// Every event of the run events stream, read as `admin`: `(task id, seq, event)` in stream
@@ -489,9 +524,17 @@ async fn under_load_a_partitioned_nats_node_and_a_restarted_postgres_lose_no_run
     let names = test_support::Infra::from_env().fresh_nats().names;
     let nats = NatsCluster::start_partitionable(3, names).await.unwrap();
     let isolated = nats.isolable().unwrap();
-    let mut fleet = Fleet::start_on(nats, Some(&postgres.url), 2, &[])
-        .await
-        .unwrap();
+    // A waiting stream reads its run's log again only after a NATS reconnection here (its
+    // periodic recheck is put past the followers' 180 s guard): a stream on a runs replica cut
+    // off with the node, whose live events were lost, must resume as its client reconnects.
+    let mut fleet = Fleet::start_on(
+        nats,
+        Some(&postgres.url),
+        2,
+        &[("SB_RUNS_STREAM_RECHECK_SECS", "600")],
+    )
+    .await
+    .unwrap();
     progress("fleet ready");
     let gateway = fleet.gateway.url.clone();
     let http = reqwest::Client::new();
@@ -565,7 +608,14 @@ async fn under_load_a_partitioned_nats_node_and_a_restarted_postgres_lose_no_run
     // two nodes must elect new ones and go on without it, the replicas on it are cut off from
     // the bus (their connections hang) and the others take over their work.
     until_accepted(&accepted, 0, 10).await;
-    let restarts = connect_to(&mut fleet, isolated, &["runs", "history", "worker"]).await;
+    // Both runs replicas go to the node if the restarts allow: then no replica can take a run
+    // until one notices its connection is dead and moves to another node.
+    let restarts = connect_to(
+        &mut fleet,
+        isolated,
+        &[("runs", 2), ("history", 1), ("worker", 1)],
+    )
+    .await;
     progress(&format!(
         "runs, history and worker connected to {} ({restarts} replicas restarted for it)",
         fleet.nats.node_name(isolated)

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod config;
 pub mod db;
 pub mod http;
+pub mod kept;
 pub mod limit;
 pub mod metrics;
 pub mod nats;

@@ -23,6 +23,16 @@ pub struct NatsConfig {
     pub credentials: crate::nats_auth::NatsCredentials,
 }
 
+impl NatsConfig {
+    /// Whether the streams and buckets are the NATS admin's to create and reconcile
+    /// ([`setup`], `<service> nats-setup`): so for a service that connects as its own user,
+    /// whose permissions ([`crate::nats_auth`]) let it use them but not create, change or delete
+    /// them. A service without a user (local development) creates them itself.
+    pub fn provisioned(&self) -> bool {
+        self.credentials.user.is_some() || self.credentials.creds_file.is_some()
+    }
+}
+
 /// Replication and size limits of the JetStream streams and KV buckets, from configuration
 /// (`SB_NATS_*`), applied when they are created and reconciled on every start (a changed
 /// setting updates the stream; nothing else of its configuration is touched).
@@ -70,6 +80,12 @@ impl Default for StreamLimits {
 /// stored (retried event publishes).
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
+/// How often a client pings its server. A client gives its connection up after three pings
+/// without an answer (async-nats), so a node cut off by the network is left for another of the
+/// cluster's within about 15 s (the library's 60 s default left a runs replica on a cut-off
+/// node refusing runs for three minutes).
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Connects to NATS and returns the client and its JetStream context.
 /// Counts this process's NATS reconnections (every client's): what was published on core NATS
 /// while a client was cut off never reaches it, so a reader that waits for live messages reads
@@ -96,6 +112,7 @@ pub async fn connect(
         .custom_inbox_prefix(crate::nats_auth::inbox_prefix(name))
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
+        .ping_interval(PING_INTERVAL)
         .event_callback(|event| async move {
             match event {
                 async_nats::Event::Connected => {
@@ -158,9 +175,37 @@ fn without_userinfo(url: &str) -> String {
         .join(",")
 }
 
-/// Creates the RUNS and RUN_EVENTS streams, or brings their limits and replicas in line with
-/// `config.limits`. Safe to call from every replica.
+/// Makes sure the RUNS and RUN_EVENTS streams are there: a service that creates its own
+/// (not [`NatsConfig::provisioned`]) creates them or brings their limits and replicas in line
+/// with `config.limits`; a provisioned one waits for them (the admin's [`setup`] may run beside
+/// it) and changes nothing. Safe to call from every replica.
 pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
+    if !config.provisioned() {
+        return reconcile_streams(js, config).await;
+    }
+    for name in [config.names.runs_stream(), config.names.run_events_stream()] {
+        settled(&name, || async {
+            js.get_stream(&name).await.map(drop).with_context(|| {
+                format!("stream {name} is not there: the NATS admin creates it (`nats-setup`)")
+            })
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// What a deployment's NATS admin runs before the services start (`<service> nats-setup`, a
+/// Job in `deploy/k8s/migrate`): creates the streams and buckets of `config`, or reconciles
+/// their limits and replicas. The services' own users may not (`crate::nats_auth`).
+pub async fn setup(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
+    reconcile_streams(js, config).await?;
+    open_run_buckets(js, config, true).await?;
+    Ok(())
+}
+
+/// Creates the RUNS and RUN_EVENTS streams, or brings their limits and replicas in line with
+/// `config.limits`.
+async fn reconcile_streams(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
     let (names, limits) = (&config.names, &config.limits);
     // JetStream refuses a duplicate window longer than the stream's max age.
     let runs_window = limits.runs_dedup_window.min(limits.runs_max_age);
@@ -405,16 +450,35 @@ pub const AGENT_REFRESH: Duration = Duration::from_secs(15);
 /// How long a thread's remote-agent state is kept after its last run.
 pub const THREAD_STATE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Creates (or opens, reconciling replicas and limits) the run lifecycle buckets. Safe to call
-/// from every replica.
+/// Opens the run lifecycle buckets: a service that creates its own (not
+/// [`NatsConfig::provisioned`]) creates them or reconciles their replicas and limits; a
+/// provisioned one waits for them and changes nothing. Safe to call from every replica.
 pub async fn ensure_run_buckets(
     js: &jetstream::Context,
     config: &NatsConfig,
 ) -> anyhow::Result<RunBuckets> {
+    open_run_buckets(js, config, !config.provisioned()).await
+}
+
+/// Opens the run lifecycle buckets, creating or reconciling them when `reconcile`.
+async fn open_run_buckets(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+    reconcile: bool,
+) -> anyhow::Result<RunBuckets> {
     let (names, limits) = (&config.names, &config.limits);
     let open = |bucket: String, max_age: Duration, full: stream::DiscardPolicy| async move {
-        settled(&bucket.clone(), || {
-            open_bucket(js, limits, bucket.clone(), max_age, full)
+        settled(&bucket.clone(), || async {
+            if reconcile {
+                open_bucket(js, limits, bucket.clone(), max_age, full).await
+            } else {
+                let store = js.get_key_value(&bucket).await.with_context(|| {
+                    format!(
+                        "bucket {bucket} is not there: the NATS admin creates it (`nats-setup`)"
+                    )
+                })?;
+                Ok(JsonKv { store })
+            }
         })
         .await
     };

@@ -39,6 +39,9 @@ pub const SERVICES: [&str; 4] = ["attachments", "runs", "history", "worker"];
 pub struct Permissions {
     /// Subjects it may publish to.
     pub publish: Vec<String>,
+    /// Subjects it may not publish to although `publish` allows them: creating or changing the
+    /// durable consumers of the other services.
+    pub publish_deny: Vec<String>,
     /// Subjects it may subscribe to.
     pub subscribe: Vec<String>,
     /// Whether it answers requests (may publish to the reply subject of a request it got).
@@ -92,21 +95,20 @@ fn subject_matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
-/// The JetStream API subjects that manage and read `stream` (create, update and inspect it,
-/// get messages, create and pull from consumers, acknowledge). Not: delete it, purge it.
+/// The JetStream API subjects that read `stream` (inspect it, get messages, create and pull
+/// from consumers, acknowledge). Not: create, update, delete or purge it (the admin's
+/// `nats-setup` makes the streams and buckets; changing a stream's subjects or limits would let
+/// a service capture others' replies or empty the stream), nor delete a consumer (another
+/// service's durable). Creating consumers stays: KV watchers and ordered reads need it.
 fn stream_access(stream: &str) -> Vec<String> {
     [
         "$JS.API.STREAM.INFO.{s}",
-        "$JS.API.STREAM.CREATE.{s}",
-        "$JS.API.STREAM.UPDATE.{s}",
         "$JS.API.STREAM.MSG.GET.{s}",
         "$JS.API.DIRECT.GET.{s}",
         "$JS.API.DIRECT.GET.{s}.>",
         "$JS.API.CONSUMER.CREATE.{s}",
         "$JS.API.CONSUMER.CREATE.{s}.>",
-        "$JS.API.CONSUMER.DURABLE.CREATE.{s}.*",
         "$JS.API.CONSUMER.INFO.{s}.*",
-        "$JS.API.CONSUMER.DELETE.{s}.*",
         "$JS.API.CONSUMER.MSG.NEXT.{s}.*",
         "$JS.ACK.{s}.>",
         "$JS.FC.{s}.>",
@@ -168,6 +170,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             publish: vec!["$JS.API.INFO".to_owned()],
             subscribe: vec![inbox, format!("{prefix}.attachments.*")],
             responds: true,
+            publish_deny: Vec::new(),
         },
         // Accepts runs, cancels them, follows their events, admits files, waits for history,
         // reads a thread's messages for a client joining it, renames threads.
@@ -196,6 +199,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.threads_erased_subject(),
             ],
             responds: false,
+            publish_deny: Vec::new(),
         },
         // Consumes runs and events into PostgreSQL, signs download links, says how far it is,
         // finds runs by id, renames and erases threads and owners.
@@ -229,6 +233,7 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
                 names.history_thread_fork_subject(),
             ],
             responds: true,
+            publish_deny: Vec::new(),
         },
         // Runs agents: publishes their events, reads and registers files, hears cancels,
         // queues the run that continues after a prompt timed out; for a remote agent, reads the
@@ -249,10 +254,39 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
             .collect(),
             subscribe: vec![inbox, names.run_cancel_subjects()],
             responds: false,
+            publish_deny: Vec::new(),
         },
         _ => return None,
     };
+    let mut permissions = permissions;
+    permissions.publish_deny = others_durables(names, service);
     Some(permissions)
+}
+
+/// The durable consumers of the services other than `service`, as the JetStream API subjects
+/// that create or change them: a service may create consumers (its KV watchers and ordered
+/// reads need it), and JetStream's create is create-or-update, so without these it could
+/// change another's durable (say, its filter) and starve it.
+fn others_durables(names: &Names, service: &str) -> Vec<String> {
+    use protocol::messaging::{HISTORY_EVENTS_CONSUMER, HISTORY_RUNS_CONSUMER, WORKER_CONSUMER};
+    [
+        ("history", names.runs_stream(), HISTORY_RUNS_CONSUMER),
+        (
+            "history",
+            names.run_events_stream(),
+            HISTORY_EVENTS_CONSUMER,
+        ),
+        ("worker", names.runs_stream(), WORKER_CONSUMER),
+    ]
+    .into_iter()
+    .filter(|(owner, _, _)| *owner != service)
+    .flat_map(|(_, stream, durable)| {
+        [
+            format!("$JS.API.CONSUMER.CREATE.{stream}.{durable}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.{durable}.>"),
+        ]
+    })
+    .collect()
 }
 
 /// The `authorization` block of a nats-server configuration: one user per service with its
@@ -280,11 +314,18 @@ pub fn authorization_block(names: &Names) -> String {
         if p.publish.is_empty() {
             // Nothing but answers (`allow_responses`); an empty allow list would allow all.
             block.push_str("      publish: { deny: [\">\"] }\n");
-        } else {
+        } else if p.publish_deny.is_empty() {
             let _ = writeln!(
                 block,
                 "      publish: {{ allow: [{}] }}",
                 quoted(&p.publish)
+            );
+        } else {
+            let _ = writeln!(
+                block,
+                "      publish: {{ allow: [{}], deny: [{}] }}",
+                quoted(&p.publish),
+                quoted(&p.publish_deny)
             );
         }
         let _ = writeln!(
@@ -313,6 +354,69 @@ mod tests {
         subjects
             .iter()
             .any(|pattern| super::subject_matches(pattern, subject))
+    }
+
+    #[test]
+    fn no_service_may_create_change_or_delete_a_stream_or_delete_a_consumer() {
+        let names = names();
+        let streams = [
+            names.runs_stream(),
+            names.run_events_stream(),
+            format!("KV_{}", names.run_status_bucket()),
+            format!("KV_{}", names.agents_bucket()),
+        ];
+        for service in SERVICES {
+            let publish = permissions(&names, service).unwrap().publish;
+            for stream in &streams {
+                for api in ["STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE"] {
+                    let subject = format!("$JS.API.{api}.{stream}");
+                    assert!(!allowed(&publish, &subject), "{service} may {subject}");
+                }
+                for api in ["CONSUMER.DELETE", "CONSUMER.DURABLE.CREATE"] {
+                    let subject = format!("$JS.API.{api}.{stream}.history-runs");
+                    assert!(!allowed(&publish, &subject), "{service} may {subject}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_its_owner_may_create_or_change_a_durable_consumer() {
+        use protocol::messaging::{
+            HISTORY_EVENTS_CONSUMER, HISTORY_RUNS_CONSUMER, WORKER_CONSUMER,
+        };
+        let names = names();
+        let durables = [
+            ("history", names.runs_stream(), HISTORY_RUNS_CONSUMER),
+            (
+                "history",
+                names.run_events_stream(),
+                HISTORY_EVENTS_CONSUMER,
+            ),
+            ("worker", names.runs_stream(), WORKER_CONSUMER),
+        ];
+        for service in SERVICES {
+            let p = permissions(&names, service).unwrap();
+            let may =
+                |subject: &str| allowed(&p.publish, subject) && !allowed(&p.publish_deny, subject);
+            for (owner, stream, durable) in &durables {
+                for subject in [
+                    format!("$JS.API.CONSUMER.CREATE.{stream}.{durable}"),
+                    format!("$JS.API.CONSUMER.CREATE.{stream}.{durable}.sb.runs.accepted.>"),
+                ] {
+                    let expected = service == *owner;
+                    assert_eq!(may(&subject), expected, "{service} on {subject}");
+                }
+            }
+            // An ephemeral consumer of its own (a KV watch) stays allowed where it reads.
+            if service != "attachments" {
+                let watch = format!(
+                    "$JS.API.CONSUMER.CREATE.KV_{}.abc123.$KV.x.>",
+                    names.run_status_bucket()
+                );
+                assert!(may(&watch), "{service} may not watch");
+            }
+        }
     }
 
     #[test]

@@ -32,15 +32,18 @@ pub trait Service: Sized {
 }
 
 /// The whole `main` of a service binary: serves, or with the argument `migrate` applies the
-/// service's migrations and exits.
+/// service's migrations and exits, or with `nats-setup` (run as the NATS admin) creates or
+/// reconciles the streams and buckets every service uses and exits.
 pub async fn main<S: Service>() -> anyhow::Result<()> {
     let env = Env::from_process();
     let telemetry = crate::telemetry::init(&env.telemetry(S::NAME)?)?;
     let outcome = match std::env::args().nth(1).as_deref() {
         None => serve::<S>(&env).await,
         Some("migrate") => S::migrate(&env).await,
+        Some("nats-setup") => nats_setup(&env).await,
         Some(other) => Err(anyhow::anyhow!(
-            "unknown argument {other:?}: run without arguments to serve, or `migrate`"
+            "unknown argument {other:?}: run without arguments to serve, or `migrate`, or \
+             `nats-setup`"
         )),
     };
     if let Err(err) = &outcome {
@@ -52,6 +55,19 @@ pub async fn main<S: Service>() -> anyhow::Result<()> {
     }
     telemetry.shutdown();
     outcome
+}
+
+/// `nats-setup`: the streams and buckets of the deployment's settings (`SB_NATS_*`), made or
+/// brought in line by the NATS user this runs as (the admin: the services' own users may not).
+async fn nats_setup(env: &Env) -> anyhow::Result<()> {
+    let config = env.nats()?;
+    let (_client, js) = crate::nats::connect(&config, "nats-setup").await?;
+    crate::nats::setup(&js, &config).await?;
+    tracing::info!(
+        prefix = config.names.prefix(),
+        "NATS streams and buckets set up"
+    );
+    Ok(())
 }
 
 async fn serve<S: Service>(env: &Env) -> anyhow::Result<()> {

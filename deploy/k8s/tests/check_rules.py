@@ -641,6 +641,40 @@ def check_migrate(r, env, migrate_docs, rules):
                     where, f"reads only {db_secret}", str(sorted(secret_refs(pod_spec(job)))))
 
 
+def check_nats_setup(r, env, migrate_docs, config):
+    """The nats-setup Job makes the streams with the services' own NATS settings, as the admin,
+    over the services' TLS: one ConfigMap value that differs would make streams the services do
+    not expect (their users may not change them)."""
+    where = f"{env} migrate Job switchboard-nats-setup"
+    job = find(migrate_docs, "Job", "switchboard-nats-setup")
+    if not r.check(job is not None, where, "exists"):
+        return
+    check_restricted(r, where, job)
+    c = pod_spec(job)["containers"][0]
+    r.check(c.get("args") == ["nats-setup"], where, "runs `<binary> nats-setup`", str(c.get("args")))
+    r.check(pod_labels(job).get(CLIENT_LABEL.format("nats")) == "true", where,
+            "admitted to NATS (client label)")
+    secrets = set(secret_refs(pod_spec(job))) - {"switchboard-nats-ca"}
+    r.check(secrets == {"switchboard-nats-admin"}, where,
+            "reads no Secret but switchboard-nats-admin (and the CA)", str(sorted(secrets)))
+    maps = [m for m in by_kind(migrate_docs, "ConfigMap")
+            if re.fullmatch(r"switchboard-nats-setup(-[a-z0-9]{10})?", name_of(m))]
+    if not r.check(len(maps) == 1, where, "its ConfigMap switchboard-nats-setup"):
+        return
+    setup = maps[0].get("data") or {}
+    for key in sorted(k for k in set(config) | set(setup) if k.startswith("SB_NATS_") or k == "SB_ENV"):
+        r.check(setup.get(key) == config.get(key), where, f"{key} as the services have it",
+                f"{setup.get(key)!r} vs {config.get(key)!r}")
+    ca = setup.get("SB_NATS_TLS_CA_FILE")
+    if ca:
+        spec = pod_spec(job)
+        vols = {v["name"]: v for v in spec.get("volumes") or []}
+        mounted = [m for m in c.get("volumeMounts") or []
+                   if ca.startswith(m["mountPath"].rstrip("/") + "/")
+                   and (vols.get(m["name"], {}).get("secret") or {}).get("secretName") == "switchboard-nats-ca"]
+        r.check(bool(mounted), where, "SB_NATS_TLS_CA_FILE is mounted from the Secret switchboard-nats-ca")
+
+
 def check_all_pods(r, env, docs):
     """Every pod template of a bundle (the services, the dev infrastructure, the Jobs)."""
     for obj in docs:
@@ -732,6 +766,7 @@ def main():
         check_monitoring(r, env, docs)
         check_config(r, env, docs, config, rules)
         check_migrate(r, env, migrate_docs, rules)
+        check_nats_setup(r, env, migrate_docs, config)
         check_all_pods(r, env, docs)
         check_namespace(r, env, docs)
         check_namespace(r, f"{env} migrate", migrate_docs)

@@ -203,6 +203,15 @@ impl Eraser {
             .await?;
         let files = self.erase_files(owner, Some(thread_id)).await?;
         let removed = store::delete_thread(&self.pool, owner, thread_id).await?;
+        let kept_key = platform::kept::key(owner);
+        if removed.kept > 0 {
+            platform::kept::report(&self.buckets.owner_budgets, owner, removed.kept as u64).await;
+        } else if let Err(err) = self.buckets.owner_budgets.erase(&kept_key).await {
+            tracing::warn!(
+                error = format!("{err:#}"),
+                "cannot erase what an owner kept"
+            );
+        }
         metrics::counter!("switchboard_history_threads_erased_total").increment(1);
         Ok(Erased {
             runs: removed.runs,

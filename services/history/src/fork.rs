@@ -24,16 +24,17 @@ pub(crate) async fn serve(
     client: async_nats::Client,
     names: Names,
     pool: PgPool,
+    kept: crate::kept::Reporter,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (pool, link_client, link_names) = (&pool, &client, &names);
+    let (pool, link_client, link_names, kept) = (&pool, &client, &names, &kept);
     respond::serve(
         client.clone(),
         &names,
         names.history_thread_fork_subject(),
         shutdown,
         || tracing::info_span!("history.thread_fork.handle", otel.kind = "server"),
-        |request| answer(pool, link_client, link_names, request),
+        |request| answer(pool, link_client, link_names, kept, request),
     )
     .await
 }
@@ -42,6 +43,7 @@ async fn answer(
     pool: &PgPool,
     client: &async_nats::Client,
     names: &Names,
+    kept: &crate::kept::Reporter,
     request: ThreadForkRequest,
 ) -> anyhow::Result<ThreadForkReply> {
     let ThreadForkRequest::V1 {
@@ -71,6 +73,7 @@ async fn answer(
         store::fork_thread(pool, &owner, &thread_id, &message_id, &new_thread_id, link).await?;
     Ok(match forked {
         Forked::Thread(row) => {
+            kept.report(&owner).await;
             tracing::info!(messages = row.last_seq, "thread forked");
             metrics::counter!("switchboard_history_threads_forked_total").increment(1);
             ThreadForkReply::V1 {

@@ -88,7 +88,14 @@ impl Ingest {
         self.runs.clone()
     }
 
-    pub(crate) async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    /// Consumes both streams until `shutdown`; what an owner keeps is reported to `kept` as
+    /// each run ends.
+    pub(crate) async fn run(
+        self,
+        kept: crate::kept::Reporter,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let kept = &kept;
         let lag = [
             (self.runs.clone(), HISTORY_RUNS_CONSUMER),
             (self.events.clone(), HISTORY_EVENTS_CONSUMER),
@@ -134,7 +141,11 @@ impl Ingest {
                         let span =
                             tracing::info_span!("history.ingest.run_end", task.id = %event.task_id);
                         platform::telemetry::adopt_message_parent(&span, &message);
-                        Handled::from(store::apply_event(pool, &event).instrument(span).await)
+                        let applied = store::apply_event(pool, &event).instrument(span).await;
+                        if matches!(applied, Ok(Outcome::Written)) {
+                            kept.report(&event.owner).await;
+                        }
+                        Handled::from(applied)
                     }
                     Ok(RunEventMessage::V1(event)) => {
                         Handled::from(store::apply_event(pool, &event).await)

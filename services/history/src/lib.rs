@@ -7,6 +7,7 @@ mod changes;
 mod erase;
 mod fork;
 mod ingest;
+mod kept;
 mod lookup;
 mod progress;
 mod respond;
@@ -122,6 +123,8 @@ pub struct Application {
     /// Erases threads and owners (on request, and the thread retention).
     eraser: erase::Eraser,
     thread_ttl: erase::ThreadTtl,
+    /// Tells the runs replicas what each owner keeps.
+    kept: kept::Reporter,
 }
 
 impl platform::service::Service for Application {
@@ -164,6 +167,10 @@ impl platform::service::Service for Application {
         // Boxed: opening the buckets is a large future, and a test's whole platform is built
         // inside one future on a thread's stack.
         let buckets = Box::pin(platform::nats::ensure_run_buckets(&js, &config.nats)).await?;
+        let kept = kept::Reporter {
+            pool: pool.clone(),
+            kv: buckets.owner_budgets.clone(),
+        };
         let eraser = erase::Eraser::new(
             pool.clone(),
             client.clone(),
@@ -204,6 +211,7 @@ impl platform::service::Service for Application {
             signer,
             eraser,
             thread_ttl: config.thread_ttl,
+            kept,
         })
     }
 
@@ -238,6 +246,7 @@ impl platform::service::Service for Application {
             self.client.clone(),
             self.names.clone(),
             self.pool.clone(),
+            self.kept.clone(),
             shutdown.clone(),
         );
         let lookup = lookup::serve(
@@ -267,7 +276,7 @@ impl platform::service::Service for Application {
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
         let (http, ingested, progress, lookup, thread_messages, thread_rename, erasures, forks) = tokio::join!(
             http,
-            self.ingest.run(shutdown),
+            self.ingest.run(self.kept, shutdown),
             progress,
             lookup,
             thread_messages,

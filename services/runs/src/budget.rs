@@ -32,6 +32,15 @@ pub(crate) fn tokens_refusal(over: &platform::tokens::OverBudget) -> String {
     )
 }
 
+/// The refusal of a run whose owner keeps the most bytes in history they may.
+pub(crate) fn kept_refusal(over: &platform::kept::OverKept) -> String {
+    format!(
+        "your conversations keep {} bytes, at least the {} bytes you may keep \
+         (SB_RUNS_OWNER_HISTORY_BYTES); delete threads to start new runs",
+        over.kept, over.max
+    )
+}
+
 /// How long a client is told to wait when it has the most runs queued or running.
 pub(crate) const ACTIVE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -49,6 +58,22 @@ mod tests {
     use super::*;
     use platform::tokens::{OverBudget, Period};
     use std::time::Duration;
+
+    #[test]
+    fn a_history_refusal_names_the_budget_what_is_kept_and_the_way_out() {
+        let message = kept_refusal(&platform::kept::OverKept {
+            kept: 2048,
+            max: 1024,
+        });
+        for part in [
+            "2048 bytes",
+            "1024 bytes",
+            "SB_RUNS_OWNER_HISTORY_BYTES",
+            "delete threads",
+        ] {
+            assert!(message.contains(part), "{message}");
+        }
+    }
 
     #[test]
     fn a_token_refusal_names_the_budget_its_use_and_its_reset() {

@@ -41,10 +41,6 @@ use uuid::Uuid;
 
 /// Live events buffered per reader before the reader falls back to the log.
 const LIVE_BUFFER: usize = 64;
-/// How often, at least, a waiting reader re-reads the log in case a live event was lost (plus
-/// a per-reader jitter of up to the same again, so readers opened together do not read
-/// together).
-const RECHECK: Duration = Duration::from_secs(60);
 /// The longest a terminal event waits for history to have written the run.
 const HISTORY_WAIT: Duration = Duration::from_secs(10);
 /// How long one progress request to history may take.
@@ -100,6 +96,10 @@ pub(crate) struct EventHub {
     log: jetstream::stream::Stream,
     names: Names,
     history: HistoryBarrier,
+    /// How often, at least, a waiting reader re-reads the log in case a live event was lost
+    /// (plus a per-reader jitter of up to the same again, so readers opened together do not
+    /// read together; `SB_RUNS_STREAM_RECHECK_SECS`).
+    recheck: Duration,
 }
 
 /// Why a run's events cannot be served from where the reader asked.
@@ -137,6 +137,7 @@ impl EventHub {
         client: &async_nats::Client,
         js: &jetstream::Context,
         names: Names,
+        recheck: Duration,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
         let log = js
@@ -155,6 +156,7 @@ impl EventHub {
                 subject: names.history_progress_subject(),
             },
             names,
+            recheck,
         };
         let dispatch = hub.clone();
         tokio::spawn(async move {
@@ -284,7 +286,7 @@ impl EventHub {
             reader,
             last: after,
             pending: first.into_iter().collect(),
-            recheck: RECHECK + RECHECK.mul_f64(jitter(task_id, after)),
+            recheck: self.recheck + self.recheck.mul_f64(jitter(task_id, after)),
             reconnections: platform::nats::reconnections(),
             // An empty log was just read: wait for live events (or the recheck) first.
             read_log: !pending_empty,
@@ -366,8 +368,9 @@ struct LogReader {
 const BULK_AFTER: u64 = 64;
 /// Events read per bulk request.
 const BULK_BATCH: usize = 1_000;
-/// How long the server keeps a bulk reader's consumer that was not deleted (its replica died).
-const BULK_CONSUMER_IDLE: Duration = Duration::from_secs(30);
+/// How long the server keeps a bulk reader's consumer after its fetch: the server removes it
+/// (a service may not delete consumers, `platform::nats_auth`, lest it delete another's).
+const BULK_CONSUMER_IDLE: Duration = Duration::from_secs(5);
 
 impl LogReader {
     /// The task's last stored event, if the log holds one.
@@ -419,8 +422,8 @@ impl LogReader {
     }
 
     /// Reads up to [`BULK_BATCH`] events after `stream_seq` in one fetch, through an ephemeral
-    /// consumer of the task's subject that goes when the fetch ends (or, failing that, after
-    /// [`BULK_CONSUMER_IDLE`]); how many it read.
+    /// consumer of the task's subject that the server removes [`BULK_CONSUMER_IDLE`] after;
+    /// how many it read.
     async fn read_ahead(&mut self) -> anyhow::Result<usize> {
         use jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
         let consumer = self
@@ -437,35 +440,26 @@ impl LogReader {
             })
             .await
             .context("cannot open a bulk read of run events")?;
-        let name = consumer.cached_info().name.clone();
-        let read = async {
-            let mut batch = consumer
-                .fetch()
-                .max_messages(BULK_BATCH)
-                .messages()
-                .await
-                .context("cannot fetch run events")?;
-            let mut read = 0;
-            while let Some(message) = batch.next().await {
-                let message =
-                    message.map_err(|err| anyhow::anyhow!("fetching run events: {err}"))?;
-                read += 1;
-                let seq = message.info().map_or(0, |info| info.stream_sequence);
-                match serde_json::from_slice::<RunEventMessage>(&message.payload) {
-                    Ok(RunEventMessage::V1(event)) => self.ahead.push_back((seq, event)),
-                    Err(err) => {
-                        tracing::error!(error = %err, seq, "undecodable run event skipped");
-                        self.stream_seq = self.stream_seq.max(seq);
-                    }
+        let mut batch = consumer
+            .fetch()
+            .max_messages(BULK_BATCH)
+            .messages()
+            .await
+            .context("cannot fetch run events")?;
+        let mut read = 0;
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|err| anyhow::anyhow!("fetching run events: {err}"))?;
+            read += 1;
+            let seq = message.info().map_or(0, |info| info.stream_sequence);
+            match serde_json::from_slice::<RunEventMessage>(&message.payload) {
+                Ok(RunEventMessage::V1(event)) => self.ahead.push_back((seq, event)),
+                Err(err) => {
+                    tracing::error!(error = %err, seq, "undecodable run event skipped");
+                    self.stream_seq = self.stream_seq.max(seq);
                 }
             }
-            anyhow::Ok(read)
         }
-        .await;
-        if let Err(err) = self.log.delete_consumer(&name).await {
-            tracing::debug!(error = %err, "bulk reader left for the server to remove");
-        }
-        read
+        Ok(read)
     }
 
     /// The next stored event of the task, one request for it.

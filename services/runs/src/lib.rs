@@ -63,6 +63,14 @@ pub struct Config {
     /// (`SB_RUNS_MAX_ACTIVE_PER_OWNER`, default 100, at most 10,000; 0: not counted); one more
     /// answers 429.
     pub max_active_per_owner: u32,
+    /// Bytes one owner may keep in history, across every replica (`SB_RUNS_OWNER_HISTORY_BYTES`,
+    /// default 1 GiB; 0: not bounded); at or past it 403 `quota_exceeded` until threads are
+    /// deleted.
+    pub owner_history_bytes: u64,
+    /// How often, at least, a waiting event stream reads the run's log again in case a live
+    /// event was lost (`SB_RUNS_STREAM_RECHECK_SECS`, default 60, plus a jitter of up to as much
+    /// again); a NATS reconnection makes it read at once.
+    pub stream_recheck: std::time::Duration,
 }
 
 impl Config {
@@ -98,6 +106,10 @@ impl Config {
                 }
                 max
             },
+            owner_history_bytes: env.or("SB_RUNS_OWNER_HISTORY_BYTES", 1 << 30)?,
+            stream_recheck: std::time::Duration::from_secs(
+                env.positive("SB_RUNS_STREAM_RECHECK_SECS", 60)?.into(),
+            ),
             token_budgets: platform::tokens::TokenBudgets::new(
                 platform::tokens::TokenLimits {
                     per_day: env.optional("SB_RUNS_OWNER_TOKENS_PER_DAY")?,
@@ -136,6 +148,8 @@ pub(crate) struct SharedState {
     pub(crate) limiter: Arc<platform::limit::PerOwnerLimit>,
     /// The owners' token budgets, and the tokens their runs used (the workers charge them).
     pub(crate) token_budgets: platform::tokens::TokenBudgets,
+    /// What each owner may keep in history, against what history says they keep.
+    pub(crate) kept: platform::kept::KeptBudget,
     pub(crate) tokens: platform::tokens::TokenLedger,
     /// Run lookups per owner: status, cancel, events, WebSocket reconnects.
     pub(crate) lookups: limit::Throttle,
@@ -206,6 +220,10 @@ impl platform::service::Service for Application {
         let hub_client = client.clone();
         let prompt_buckets = buckets.clone();
         let tokens = platform::tokens::TokenLedger::new(buckets.owner_tokens.clone());
+        let kept = platform::kept::KeptBudget::new(
+            config.owner_history_bytes,
+            buckets.owner_budgets.clone(),
+        );
         let agents_kv = buckets.agents.clone();
         let thread_client = client.clone();
         let thread_admin =
@@ -222,8 +240,14 @@ impl platform::service::Service for Application {
             config.rate_burst,
         ));
         let shutdown = CancellationToken::new();
-        let events =
-            events::EventHub::start(&hub_client, &js, names.clone(), shutdown.clone()).await?;
+        let events = events::EventHub::start(
+            &hub_client,
+            &js,
+            names.clone(),
+            config.stream_recheck,
+            shutdown.clone(),
+        )
+        .await?;
         let threads = thread::Threads::new(
             thread::ThreadWatch::start(
                 prompt_buckets.thread_locks.clone(),
@@ -245,6 +269,7 @@ impl platform::service::Service for Application {
             runs,
             limiter,
             token_budgets: config.token_budgets.clone(),
+            kept,
             tokens,
             lookups: limit::Throttle::lookups(lookup_rate),
             compatibility: compatibility::CompatibilityChecks::new(),

@@ -96,6 +96,7 @@ pub(crate) enum ApiError {
     /// 403: the owner's bytes of runs for the day are spent.
     OverBudget(crate::budget::Exhausted),
     TokensSpent(platform::tokens::OverBudget),
+    KeptFull(platform::kept::OverKept),
     TooManyActive(platform::owner_set::Full),
     /// 404: no such run for this owner.
     NotFound,
@@ -142,6 +143,7 @@ impl From<StartError> for ApiError {
             StartError::ThreadBusy => ApiError::ThreadBusy,
             StartError::OverBudget(exhausted) => ApiError::OverBudget(exhausted),
             StartError::TokensSpent(over) => ApiError::TokensSpent(over),
+            StartError::KeptFull(over) => ApiError::KeptFull(over),
             StartError::TooManyActive(full) => ApiError::TooManyActive(full),
             StartError::Unavailable(err) => ApiError::Unavailable(err),
         }
@@ -238,6 +240,11 @@ impl IntoResponse for ApiError {
                 }
                 return response;
             }
+            ApiError::KeptFull(over) => ErrorResponse::new(
+                StatusCode::FORBIDDEN,
+                ErrorCode::QuotaExceeded,
+                crate::budget::kept_refusal(&over),
+            ),
             ApiError::TooManyActive(full) => {
                 return ErrorResponse::new(
                     StatusCode::TOO_MANY_REQUESTS,

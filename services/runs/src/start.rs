@@ -51,6 +51,9 @@ pub(crate) enum StartError {
     /// 429: one of the owner's token budgets is spent.
     #[error("the owner's token budget of the {} is spent", .0.period)]
     TokensSpent(platform::tokens::OverBudget),
+    /// 403: the owner keeps the most bytes in history they may (`SB_RUNS_OWNER_HISTORY_BYTES`).
+    #[error("the owner keeps {} bytes in history", .0.kept)]
+    KeptFull(platform::kept::OverKept),
     /// 503: NATS or the attachments service did not answer.
     #[error("unavailable: {0:#}")]
     Unavailable(anyhow::Error),
@@ -89,6 +92,12 @@ pub(crate) async fn start_run(
         .await
         .map_err(StartError::Unavailable)?
         .map_err(StartError::TokensSpent)?;
+    // What the owner keeps in history, as history last told it.
+    state
+        .kept
+        .check(owner.as_str())
+        .await
+        .map_err(StartError::KeptFull)?;
     let mut requested = requested_agent(&input)
         .map_err(|m| refused("/forwardedProps/agent".to_owned(), m))?
         .map(str::to_owned);

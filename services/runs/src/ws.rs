@@ -980,6 +980,11 @@ fn api_error(err: StartError) -> WsError {
             crate::budget::active_refusal(&full),
             "rate_limited",
         ),
+        StartError::KeptFull(over) => WsError::new(
+            WsErrorCode::UnknownError,
+            crate::budget::kept_refusal(&over),
+            "quota_exceeded",
+        ),
         StartError::TokensSpent(over) => WsError::new(
             WsErrorCode::UnknownError,
             crate::budget::tokens_refusal(&over),

@@ -116,6 +116,8 @@ pub(crate) async fn forget_tombstones(pool: &PgPool, before: DateTime<Utc>) -> s
 pub(crate) struct Removed {
     pub(crate) runs: u64,
     pub(crate) messages: u64,
+    /// What the owner keeps in history after it (0: no thread left).
+    pub(crate) kept: i64,
 }
 
 /// Removes the owner's thread and everything of it from history's tables, in one transaction:
@@ -161,15 +163,20 @@ pub(crate) async fn delete_thread(
     .execute(&mut *tx)
     .await?
     .rows_affected();
-    sqlx::query!(
-        "DELETE FROM threads WHERE owner = $1 AND thread_id = $2",
+    let bytes = sqlx::query_scalar!(
+        "DELETE FROM threads WHERE owner = $1 AND thread_id = $2 RETURNING bytes",
         owner,
         thread_id
     )
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
+    let kept = super::take_thread(&mut tx, owner, bytes.unwrap_or(0)).await?;
     tx.commit().await?;
-    Ok(Removed { runs, messages })
+    Ok(Removed {
+        runs,
+        messages,
+        kept,
+    })
 }
 
 /// Up to `limit` threads (owner, thread) idle since before `idle_before` with no run that has

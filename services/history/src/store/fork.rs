@@ -125,6 +125,7 @@ where
     )
     .execute(&mut *tx)
     .await?;
+    super::count_thread(&mut tx, owner, to).await?;
     let thread = sqlx::query_as!(
         ThreadRow,
         "SELECT thread_id, title, last_seq, created_at, updated_at FROM threads

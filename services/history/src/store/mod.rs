@@ -5,12 +5,14 @@
 
 mod erase;
 mod fork;
+mod kept;
 mod read;
 mod retention;
 mod write;
 
 pub(crate) use erase::*;
 pub(crate) use fork::*;
+pub(crate) use kept::*;
 pub(crate) use read::*;
 pub(crate) use retention::*;
 pub(crate) use write::*;

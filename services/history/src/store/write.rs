@@ -308,7 +308,7 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     let progress = sqlx::query_as!(
         Progress,
         r#"SELECT p.last_event_seq, p.owner, p.accepted_at, p.regenerates,
-                  e.task_id IS NOT NULL AS "erased!"
+                  p.ended_at IS NULL AS "open!", e.task_id IS NOT NULL AS "erased!"
              FROM run_progress p LEFT JOIN erased_runs e ON e.task_id = p.task_id
             WHERE p.task_id = $1 FOR UPDATE OF p"#,
         event.task_id
@@ -320,6 +320,7 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         owner,
         accepted_at,
         regenerates,
+        open,
         erased,
     }) = progress
     else {
@@ -370,6 +371,9 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     )
     .execute(&mut *tx)
     .await?;
+    if open && marks.ended_at.is_some() {
+        super::add_run(&mut tx, event.task_id).await?;
+    }
     tx.commit().await?;
     Ok(Outcome::Written)
 }
@@ -381,6 +385,8 @@ struct Progress {
     accepted_at: DateTime<Utc>,
     /// The user message whose reply the run regenerates.
     regenerates: Option<String>,
+    /// The run has not ended yet (its first end counts its bytes).
+    open: bool,
     /// The run is being erased with its thread.
     erased: bool,
 }
