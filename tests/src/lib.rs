@@ -321,7 +321,8 @@ impl TestPlatform {
     /// Starts another runs replica on the same NATS (a second instance behind a load
     /// balancer); it stops with the platform or when the returned token is cancelled.
     pub async fn spawn_runs_replica(&self) -> anyhow::Result<(String, CancellationToken)> {
-        let runs = runs::Application::build(runs::Config {
+        // Built on a task of its own, like the platform (a large future on a test thread).
+        let runs = tokio::spawn(runs::Application::build(runs::Config {
             addr: any_port(),
             auth: self.infra.auth(),
             nats: self.nats.clone(),
@@ -335,8 +336,8 @@ impl TestPlatform {
             token_budgets: self.token_budgets.clone(),
             max_active_per_owner: self.max_active_per_owner,
             lookup_rate: GENEROUS_LOOKUPS,
-        })
-        .await?;
+        }))
+        .await??;
         let url = format!("http://127.0.0.1:{}", runs.port());
         let stop = self.shutdown.child_token();
         tokio::spawn(runs.run(stop.clone()));
@@ -360,7 +361,7 @@ impl TestPlatform {
             ..self.worker_config.clone()
         };
         change(&mut config);
-        let worker = worker::Application::build(config).await?;
+        let worker = tokio::spawn(worker::Application::build(config)).await??;
         let stop = self.shutdown.child_token();
         tokio::spawn(worker.run(stop.clone()));
         Ok(stop)

@@ -181,7 +181,7 @@ fn without_userinfo(url: &str) -> String {
 /// it) and changes nothing. Safe to call from every replica.
 pub async fn ensure_streams(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<()> {
     if !config.provisioned() {
-        return reconcile_streams(js, config).await;
+        return Box::pin(reconcile_streams(js, config)).await;
     }
     for name in [config.names.runs_stream(), config.names.run_events_stream()] {
         settled(&name, || async {
@@ -457,7 +457,9 @@ pub async fn ensure_run_buckets(
     js: &jetstream::Context,
     config: &NatsConfig,
 ) -> anyhow::Result<RunBuckets> {
-    open_run_buckets(js, config, !config.provisioned()).await
+    // Boxed: a large future, which services build inside their own start-up future (a debug
+    // test thread's stack overflowed when it was inline).
+    Box::pin(open_run_buckets(js, config, !config.provisioned())).await
 }
 
 /// Opens the run lifecycle buckets, creating or reconciling them when `reconcile`.

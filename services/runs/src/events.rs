@@ -89,10 +89,62 @@ fn join(event: &mut RunEventV1, next: &RunEventV1) -> bool {
     true
 }
 
+/// An event as this replica's readers share it: decoded once by the hub and handed to every
+/// reader of its run as one `Arc` (a reader's buffer holds pointers, not events), its AG-UI JSON
+/// encoded once for every SSE client that sends it ([`SharedEvent::json`]).
+#[derive(Debug, Clone)]
+pub(crate) struct SharedEvent {
+    inner: RunEventV1,
+    json: std::sync::OnceLock<String>,
+}
+
+impl SharedEvent {
+    pub(crate) fn new(event: RunEventV1) -> Arc<Self> {
+        Arc::new(Self {
+            inner: event,
+            json: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The AG-UI event as JSON, encoded by the first reader that asks.
+    pub(crate) fn json(&self) -> &str {
+        self.json.get_or_init(|| {
+            serde_json::to_string(&self.inner.event).unwrap_or_else(|err| {
+                tracing::error!(error = %err, "cannot encode a run event");
+                String::from("{}")
+            })
+        })
+    }
+
+    /// [`join`]s `next` to this event (its JSON encoded again when next asked).
+    fn join(&mut self, next: &RunEventV1) -> bool {
+        let joined = join(&mut self.inner, next);
+        if joined {
+            self.json = std::sync::OnceLock::new();
+        }
+        joined
+    }
+
+    /// The event itself (a copy only when another reader still holds it).
+    pub(crate) fn into_event(shared: Arc<Self>) -> RunEventV1 {
+        Arc::unwrap_or_clone(shared).inner
+    }
+}
+
+impl std::ops::Deref for SharedEvent {
+    type Target = RunEventV1;
+    fn deref(&self) -> &RunEventV1 {
+        &self.inner
+    }
+}
+
+/// The live readers of each run on this replica.
+type Readers = HashMap<Uuid, Vec<mpsc::Sender<Arc<SharedEvent>>>>;
+
 /// Fans the live events of every run out to this replica's readers.
 #[derive(Clone)]
 pub(crate) struct EventHub {
-    readers: Arc<Mutex<HashMap<Uuid, Vec<mpsc::Sender<RunEventV1>>>>>,
+    readers: Arc<Mutex<Readers>>,
     log: jetstream::stream::Stream,
     names: Names,
     history: HistoryBarrier,
@@ -195,13 +247,15 @@ impl EventHub {
             // the log when it notices the gap. A slow client never holds the others back, and
             // what it holds is bounded by its buffer (it catches up from the log, compacted).
             senders.retain(|tx| !tx.is_closed());
+            let task_id = event.task_id;
+            let shared = SharedEvent::new(event);
             for tx in senders.iter() {
-                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(event.clone()) {
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(shared.clone()) {
                     metrics::counter!("switchboard_stream_live_events_skipped_total").increment(1);
                 }
             }
             if senders.is_empty() {
-                readers.remove(&event.task_id);
+                readers.remove(&task_id);
             }
         }
     }
@@ -252,8 +306,10 @@ impl EventHub {
         after: u64,
         ended: bool,
     ) -> Result<impl Stream<Item = RunEventV1> + Send + 'static, FollowError> {
-        self.follow_with(task_id, after, ended, Replay::Compact)
-            .await
+        Ok(self
+            .follow_with(task_id, after, ended, Replay::Compact)
+            .await?
+            .map(SharedEvent::into_event))
     }
 
     /// [`Self::follow`], reading the log as `replay` says.
@@ -263,7 +319,7 @@ impl EventHub {
         after: u64,
         ended: bool,
         replay: Replay,
-    ) -> Result<impl Stream<Item = RunEventV1> + Send + 'static, FollowError> {
+    ) -> Result<impl Stream<Item = Arc<SharedEvent>> + Send + 'static, FollowError> {
         let registration = self.register(task_id);
         let mut reader = self.reader(task_id);
         if after > 0 {
@@ -285,7 +341,7 @@ impl EventHub {
             history: self.history.clone(),
             reader,
             last: after,
-            pending: first.into_iter().collect(),
+            pending: first.into_iter().map(SharedEvent::new).collect(),
             recheck: self.recheck + self.recheck.mul_f64(jitter(task_id, after)),
             reconnections: platform::nats::reconnections(),
             // An empty log was just read: wait for live events (or the recheck) first.
@@ -331,7 +387,7 @@ fn check_cursor(after: u64, last: Option<&RunEventV1>, ended: bool) -> Result<()
 struct Registration {
     hub: EventHub,
     task_id: Uuid,
-    rx: mpsc::Receiver<RunEventV1>,
+    rx: mpsc::Receiver<Arc<SharedEvent>>,
 }
 
 impl Drop for Registration {
@@ -497,7 +553,7 @@ struct Follow {
     /// `seq` of the last event handed out.
     last: u64,
     /// Events read from the log, not handed out yet.
-    pending: std::collections::VecDeque<RunEventV1>,
+    pending: std::collections::VecDeque<Arc<SharedEvent>>,
     recheck: Duration,
     /// Whether the log may hold events the live feed did not bring.
     read_log: bool,
@@ -509,31 +565,32 @@ struct Follow {
 }
 
 impl Follow {
-    /// The next event; a terminal one once history has written it.
-    async fn next(&mut self) -> Option<RunEventV1> {
+    /// The next event; a terminal one once history has written it. What is awaited rarely (a
+    /// log read, history's progress) is boxed, so an idle reader's future stays small.
+    async fn next(&mut self) -> Option<Arc<SharedEvent>> {
         let event = self.next_event().await?;
         if event.event.is_terminal() {
-            self.history.written(event.task_id, event.seq).await;
+            Box::pin(self.history.written(event.task_id, event.seq)).await;
         }
         Some(event)
     }
 
-    async fn next_event(&mut self) -> Option<RunEventV1> {
+    async fn next_event(&mut self) -> Option<Arc<SharedEvent>> {
         loop {
             if self.done {
                 return None;
             }
             while let Some(event) = self.pending.pop_front() {
                 if let Some(event) = self.take(event) {
-                    return Some(self.compacted(event).await);
+                    return Some(Box::pin(self.compacted(event)).await);
                 }
             }
             if self.read_log {
                 self.read_log = false;
                 loop {
-                    match self.reader.next().await {
+                    match Box::pin(self.reader.next()).await {
                         Ok(Some(event)) if event.seq > self.last => {
-                            self.pending.push_back(event);
+                            self.pending.push_back(SharedEvent::new(event));
                             break;
                         }
                         // At or before the cursor: handed out already (it came live), or
@@ -576,7 +633,7 @@ impl Follow {
 
     /// `event` (read from the log) with the deltas that follow it in the log joined to it, as
     /// far as they go ([`Replay::Compact`]); what ends the run of deltas stays pending.
-    async fn compacted(&mut self, mut event: RunEventV1) -> RunEventV1 {
+    async fn compacted(&mut self, mut event: Arc<SharedEvent>) -> Arc<SharedEvent> {
         if self.replay == Replay::Raw || self.done {
             return event;
         }
@@ -584,7 +641,7 @@ impl Follow {
             let next = match self.pending.pop_front() {
                 Some(next) => next,
                 None => match self.reader.next().await {
-                    Ok(Some(next)) => next,
+                    Ok(Some(next)) => SharedEvent::new(next),
                     // The live tail: what comes next comes live.
                     Ok(None) => return event,
                     Err(err) => {
@@ -597,7 +654,8 @@ impl Follow {
             if next.seq <= self.last {
                 continue; // handed out already (it came live)
             }
-            if next.seq == self.last + 1 && join(&mut event, &next) {
+            // An event read from the log is this reader's alone: joined in place, not copied.
+            if next.seq == self.last + 1 && Arc::make_mut(&mut event).join(&next) {
                 self.last = next.seq;
                 continue;
             }
@@ -608,7 +666,7 @@ impl Follow {
     }
 
     /// Hands `event` out if it is the next one.
-    fn take(&mut self, event: RunEventV1) -> Option<RunEventV1> {
+    fn take(&mut self, event: Arc<SharedEvent>) -> Option<Arc<SharedEvent>> {
         if event.seq != self.last + 1 {
             return None;
         }

@@ -687,16 +687,19 @@ async fn follow(
 /// every [`HEARTBEAT`] keeps proxies from closing an idle stream. Ends after the terminal event,
 /// or when the service shuts down.
 fn sse(
-    events: impl futures::Stream<Item = protocol::messaging::RunEventV1> + Send + 'static,
+    events: impl futures::Stream<Item = std::sync::Arc<crate::events::SharedEvent>> + Send + 'static,
     permit: StreamPermit,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Response {
     let frames = events
         .map(move |event| {
             let _held = &permit; // the owner's stream slot, released with the stream
-            SseEvent::default()
-                .id(event.seq.to_string())
-                .json_data(&event.event)
+            // Encoded once for every client of the run on this replica.
+            Ok::<_, std::convert::Infallible>(
+                SseEvent::default()
+                    .id(event.seq.to_string())
+                    .data(event.json()),
+            )
         })
         .take_until(shutdown.cancelled_owned());
     Sse::new(frames)
