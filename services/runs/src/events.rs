@@ -203,10 +203,7 @@ impl EventHub {
         let hub = Self {
             readers: Arc::default(),
             log,
-            history: HistoryBarrier {
-                client: client.clone(),
-                subject: names.history_progress_subject(),
-            },
+            history: HistoryBarrier::new(client.clone(), names.history_progress_subject()),
             names,
             recheck,
         };
@@ -681,13 +678,48 @@ impl Follow {
 struct HistoryBarrier {
     client: async_nats::Client,
     subject: String,
+    /// The waits in progress, one per run end: every reader of that end on this replica waits
+    /// for the same one (10,000 clients of one run asked history 10,000 times).
+    waits: Arc<Mutex<HashMap<(Uuid, u64), SharedWait>>>,
 }
 
+/// One wait for a run's end to be written, shared by its readers.
+type SharedWait = Arc<tokio::sync::OnceCell<()>>;
+
 impl HistoryBarrier {
+    fn new(client: async_nats::Client, subject: String) -> Self {
+        Self {
+            client,
+            subject,
+            waits: Arc::default(),
+        }
+    }
+
+    /// Returns once history has written `task_id` up to `seq` (see [`Self::wait`]); readers of
+    /// the same end share one wait.
+    async fn written(&self, task_id: Uuid, seq: u64) {
+        let key = (task_id, seq);
+        let Some(wait) = self
+            .waits
+            .lock()
+            .ok()
+            .map(|mut waits| waits.entry(key).or_default().clone())
+        else {
+            return self.wait(task_id, seq).await;
+        };
+        wait.get_or_init(|| self.wait(task_id, seq)).await;
+        // Readers that come later find history caught up at their first question.
+        if let Ok(mut waits) = self.waits.lock()
+            && waits.get(&key).is_some_and(|held| Arc::ptr_eq(held, &wait))
+        {
+            waits.remove(&key);
+        }
+    }
+
     /// Returns once history has written `task_id` up to `seq`, or after [`HISTORY_WAIT`], or at
     /// once when no history replica is there to answer. Polls with a growing pause (10 ms to
     /// 200 ms): history is usually a few milliseconds behind the worker.
-    async fn written(&self, task_id: Uuid, seq: u64) {
+    async fn wait(&self, task_id: Uuid, seq: u64) {
         let deadline = tokio::time::Instant::now() + HISTORY_WAIT;
         let mut pause = Duration::from_millis(10);
         loop {
