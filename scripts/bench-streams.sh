@@ -174,9 +174,12 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     >"$OUT/idle.json" 2>"$OUT/idle.err" || { log "sse-idle failed:"; cat "$OUT/idle.err" >&2; exit 1; }
   stop_runs
 
-  # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth, no NATS).
+  # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth), and the
+  # floor of fan-out: one core NATS subscription to the stored events, each encoded once and
+  # written to every stream.
   BARE_PORT="$(free_port)"
-  "$BIN/sse-bare" "127.0.0.1:$BARE_PORT" >"$OUT/sse-bare.log" 2>&1 &
+  "$BIN/sse-bare" "127.0.0.1:$BARE_PORT" --nats-url "$NATS_URL" --prefix "$PREFIX" \
+    >"$OUT/sse-bare.log" 2>&1 &
   BARE_PID=$!
   wait_until "sse-bare" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
   log "sse-idle against the bare axum baseline (pid $BARE_PID)"

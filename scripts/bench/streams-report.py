@@ -82,6 +82,11 @@ if idle:
         b_before, b_held = bs["before"]["runs"]["rss_kib"], bs["held"]["runs"]["rss_kib"]
         print(f"| baseline: bare axum SSE endpoint, same streams: RSS before / holding, per stream | "
               f"{mib(b_before)} / {mib(b_held)}, {(b_held - b_before) / max(bare['streams_opened'], 1):.1f} KiB |")
+        bf = bare["fanout"]
+        if bf["received"]:
+            print(f"| baseline: one event to all of the bare endpoint's streams (one NATS subscription, "
+                  f"encoded once): received, p50 / p99 / last (ms) | {bf['received']:,}, "
+                  f"{ms(bf['latency'], 'p50_ms')} / {ms(bf['latency'], 'p99_ms')} / {bf['last_arrival_ms']:.1f} |")
     print(f"| runs open fds holding | {s['held']['runs']['fds']:,} |")
     print(f"| runs CPU while holding | {cpu_runs:.2f} s in {dt:.0f} s ({100 * cpu_runs / dt:.1f}% of a core) |")
     print(f"| nats-server CPU while holding | {nats:.2f} s in {dt:.0f} s |")

@@ -138,8 +138,10 @@ impl std::ops::Deref for SharedEvent {
     }
 }
 
-/// The live readers of each run on this replica.
-type Readers = HashMap<Uuid, Vec<mpsc::Sender<Arc<SharedEvent>>>>;
+/// The live readers of each run on this replica, by reader number (a reader that leaves is
+/// removed by its number: 10,000 readers of a run leaving at its end scanned each other's
+/// entries, 10,000 times).
+type Readers = HashMap<Uuid, HashMap<u64, mpsc::Sender<Arc<SharedEvent>>>>;
 
 /// Fans the live events of every run out to this replica's readers.
 #[derive(Clone)]
@@ -243,10 +245,10 @@ impl EventHub {
             // A full or closed channel drops the event for that reader only: it refills from
             // the log when it notices the gap. A slow client never holds the others back, and
             // what it holds is bounded by its buffer (it catches up from the log, compacted).
-            senders.retain(|tx| !tx.is_closed());
+            senders.retain(|_, tx| !tx.is_closed());
             let task_id = event.task_id;
             let shared = SharedEvent::new(event);
-            for tx in senders.iter() {
+            for tx in senders.values() {
                 if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(shared.clone()) {
                     metrics::counter!("switchboard_stream_live_events_skipped_total").increment(1);
                 }
@@ -259,12 +261,14 @@ impl EventHub {
 
     fn register(&self, task_id: Uuid) -> Registration {
         let (tx, rx) = mpsc::channel(LIVE_BUFFER);
+        let number = NEXT_READER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut readers) = self.readers.lock() {
-            readers.entry(task_id).or_default().push(tx);
+            readers.entry(task_id).or_default().insert(number, tx);
         }
         Registration {
             hub: self.clone(),
             task_id,
+            number,
             rx,
         }
     }
@@ -380,10 +384,15 @@ fn check_cursor(after: u64, last: Option<&RunEventV1>, ended: bool) -> Result<()
     Ok(())
 }
 
+/// Numbers the readers of this process.
+static NEXT_READER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A live registration; unregisters when dropped.
 struct Registration {
     hub: EventHub,
     task_id: Uuid,
+    /// Its number among the run's readers.
+    number: u64,
     rx: mpsc::Receiver<Arc<SharedEvent>>,
 }
 
@@ -393,7 +402,7 @@ impl Drop for Registration {
         if let Ok(mut readers) = self.hub.readers.lock()
             && let Some(senders) = readers.get_mut(&self.task_id)
         {
-            senders.retain(|tx| !tx.is_closed());
+            senders.remove(&self.number);
             if senders.is_empty() {
                 readers.remove(&self.task_id);
             }
