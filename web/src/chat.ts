@@ -24,7 +24,7 @@ import { Api, ApiError } from "./api";
 import { applyEvent, generatedFile, isProtocolEvent, openers, type ChatItem, type FileRef, type PromptState, type Step } from "./events";
 import { session, tokenFromFragment } from "./session";
 import { taskOf, ThreadFeed, type FeedState, type ThreadFrame } from "./thread";
-import type { HistoryDay, HistoryMessage, PromptInterrupt, StoredAttachment, ThreadSearchHit, ThreadSummary } from "./types";
+import type { AttachedFile, HistoryDay, HistoryMessage, PromptInterrupt, ThreadSearchHit, ThreadSummary } from "./types";
 import { checkSelection, FILE_TYPES, uploadError, uploadFile, type UploadPhase } from "./upload";
 import { versionOf, versionRows, type Row } from "./versions";
 
@@ -1060,7 +1060,7 @@ function userTurn(content: string | ContentPart[]): { text: string; files: FileR
 
 function userFiles(message: HistoryMessage): FileRef[] {
   const metadata = message.metadata ?? {};
-  const stored: StoredAttachment[] = Array.isArray(metadata.user_message_attachment_list)
+  const stored: AttachedFile[] = Array.isArray(metadata.user_message_attachment_list)
     ? metadata.user_message_attachment_list
     : metadata.user_message_attachments
       ? [metadata.user_message_attachments]

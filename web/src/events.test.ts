@@ -610,6 +610,6 @@ describe("promptInterrupt and generatedFile", () => {
       reason: "r",
       metadata: { prompt: { input_type: "text", text: "Name?" } },
     });
-    expect(generatedFile({ path: "a/b.csv", filename: "b.csv", icon_type: "csv", content_url: "s3://x/a/b.csv" })).toEqual({ name: "b.csv", contentUrl: "s3://x/a/b.csv", icon: "csv" });
+    expect(generatedFile({ path: "a/b.csv", filename: "b.csv", icon_type: "csv", source: "generated", content_url: "s3://x/a/b.csv" })).toEqual({ name: "b.csv", contentUrl: "s3://x/a/b.csv", icon: "csv" });
   });
 });

@@ -1,5 +1,24 @@
 // Wire shapes of the Switchboard API that the client reads (README "API at a glance",
 // docs/history.md) and the UiSchemaRenderer 2.0 of agent-run-input-protocol.md.
+//
+// A message's stored metadata, its files, tool calls and card hints, and the CUSTOM events the
+// client shows, are generated from their Rust types (crates/protocol) into ./generated/ by
+// ts-rs; a Rust test fails when those files differ from what the types generate now.
+
+import type { AgentChatMessageMetadata } from "./generated/AgentChatMessageMetadata";
+import type { GeneratedAttachments } from "./generated/GeneratedAttachments";
+import type { UiHintsEvent } from "./generated/UiHintsEvent";
+import type { UiStatus } from "./generated/UiStatus";
+import type { UiTheme } from "./generated/UiTheme";
+
+export type { AgentChatMessageMetadata } from "./generated/AgentChatMessageMetadata";
+export type { AttachedFile } from "./generated/AttachedFile";
+export type { GeneratedFile } from "./generated/GeneratedFile";
+export type { StoredToolCall } from "./generated/StoredToolCall";
+export type { UiHints } from "./generated/UiHints";
+export type { UiStatus } from "./generated/UiStatus";
+export type { UiTheme } from "./generated/UiTheme";
+export type { UserMessageAttachments } from "./generated/UserMessageAttachments";
 
 /** The one JSON error envelope of every service. */
 export interface ErrorEnvelope {
@@ -54,24 +73,6 @@ export type HistoryBlock =
   | { type: "binary"; mimeType?: string; url: string | null; filename?: string }
   | { type: string; [key: string]: unknown };
 
-/** A file of a user message, as history keeps it in `metadata`. */
-export interface StoredAttachment {
-  bucket: string;
-  path: string;
-  mime_type: string;
-  file_name?: string;
-  size_bytes?: number;
-}
-
-/** A file the agent made (`CUSTOM attachments`, `metadata.attachments`). */
-export interface GeneratedFile {
-  path: string;
-  filename: string;
-  icon_type?: string;
-  source?: string;
-  content_url?: string;
-}
-
 export interface HistoryToolCall {
   id: string;
   type: "function";
@@ -83,20 +84,8 @@ export interface HistoryMessage {
   seq: number;
   role: "user" | "assistant" | "tool" | "system" | string;
   content: HistoryBlock[];
-  metadata: {
-    run_id?: string;
-    user_message_attachments?: StoredAttachment;
-    user_message_attachment_list?: StoredAttachment[];
-    attachments?: GeneratedFile[];
-    tool_name?: string;
-    /** A reply asked again: the id of the run whose reply replaced this message (kept as a previous version). */
-    superseded_by?: string;
-    /** A reply asked again: the id of the user message whose earlier reply this one replaced. */
-    regenerates?: string;
-    /** A message copied into a fork: the thread it was copied from. */
-    forked_from?: { threadId: string };
-    [key: string]: unknown;
-  };
+  /** The platform's fields, typed, and the agent's own (`[key: string]: any` in the seed). */
+  metadata: AgentChatMessageMetadata & Record<string, unknown>;
   uiSchema?: UiSchemaRenderer | null;
   toolCalls?: HistoryToolCall[];
   toolCallId?: string;
@@ -135,14 +124,12 @@ export interface DownloadUrlAnswer {
   file_size: number;
 }
 
-export type UiStatus = "info" | "success" | "warning" | "error" | "pending";
-
 /** UiSchemaRenderer 2.0: the compiled card the history serves and `ui_hints` compile to. */
 export interface UiSchemaRenderer {
   version: "2.0";
   locale: string;
   status: UiStatus;
-  theme: "default" | "light" | "dark";
+  theme: UiTheme;
   meta?: Record<string, string>;
   root: UiNode;
 }
@@ -155,19 +142,6 @@ export type UiNode =
   | { type: "list"; items: UiNode[] }
   | { type: "link"; label: string; href: string }
   | { type: string; [key: string]: unknown };
-
-/** The agent's `ui_hints` (CUSTOM event), before compilation. */
-export interface UiHints {
-  title?: string;
-  status?: UiStatus;
-  badge?: string;
-  body?: string;
-  fields?: { label: string; value: string }[];
-  items?: string[];
-  links?: { label: string; href: string }[];
-  locale?: string;
-  theme?: "default" | "light" | "dark";
-}
 
 /** A prompt option (websocket-message-schema.md). */
 export interface PromptOption {
@@ -201,9 +175,9 @@ export interface PromptInterrupt {
 /** The values of the CUSTOM events the client shows, by event name. */
 export interface CustomValues {
   /** Card hints for a message (or a tool result's message). */
-  ui_hints: { messageId: string; hints: UiHints };
+  ui_hints: UiHintsEvent;
   /** Files the agent made, shown with a message. */
-  attachments: { messageId: string; files: GeneratedFile[] };
+  attachments: GeneratedAttachments;
   /** A prompt's time ran out. */
   interaction_timeout: { promptId: string; error?: string };
 }

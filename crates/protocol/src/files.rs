@@ -7,6 +7,7 @@
 //! resolves it to a file the caller owns and that is verified, or says why not.
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 /// Most files one message may carry.
 pub const MAX_FILES_PER_MESSAGE: usize = 3;
@@ -354,8 +355,9 @@ pub const ATTACHMENTS_EVENT: &str = "attachments";
 pub const MAX_GENERATED_ATTACHMENTS: usize = 20;
 
 /// The value of a `CUSTOM attachments` event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "camelCase")]
+#[ts(export_to = "GeneratedAttachments.ts")]
 pub struct GeneratedAttachments {
     /// The assistant message the files belong to.
     pub message_id: String,
@@ -364,8 +366,9 @@ pub struct GeneratedAttachments {
 }
 
 /// A file an agent made, as the file-attachments seed shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
+#[ts(export_to = "GeneratedFile.ts", optional_fields)]
 pub struct GeneratedFile {
     /// Workspace path, e.g. `/report.md`.
     pub path: String,

@@ -3,6 +3,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::files::GeneratedFile;
+use crate::metadata::AgentChatMessageMetadata;
+use crate::run_input::ToolCall;
+
 /// The only scope a day snapshot has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HistoryScope {
@@ -136,7 +140,7 @@ pub struct BodyMessage {
     /// The message's parts.
     pub body: crate::message_body::MessageBody,
     /// The stored metadata.
-    pub metadata: Value,
+    pub metadata: AgentChatMessageMetadata,
     /// ISO-8601.
     pub timestamp: String,
 }
@@ -154,15 +158,15 @@ pub struct BlockMessage {
     /// `{"type": "text", "text"}` then, for a user's files, `{"type": "binary", "mimeType",
     /// "url"}` with a freshly signed url (`null` once the file is deleted).
     pub content: Vec<Value>,
-    /// `AgentChatMessageMetadata`.
-    pub metadata: Value,
+    /// The stored metadata.
+    pub metadata: AgentChatMessageMetadata,
     /// Assistant and tool messages: compiled `UiSchemaRenderer` or `null`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ui_schema: Option<Option<Value>>,
     /// Assistant messages that call tools: `[{"id", "type": "function", "function": {"name",
     /// "arguments"}}]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<Value>>,
+    pub tool_calls: Option<Vec<ToolCall>>,
     /// Tool messages: the call they answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
@@ -206,13 +210,13 @@ pub struct SessionMessage {
     pub content: Vec<Value>,
     /// Assistant messages: the tool calls (`[]` when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<Value>>,
+    pub tool_calls: Option<Vec<ToolCall>>,
     /// Tool messages: the call they answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// Assistant messages: the files the agent made (`[]` when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attachments: Option<Vec<Value>>,
+    pub attachments: Option<Vec<GeneratedFile>>,
     /// ISO-8601.
     pub timestamp: String,
 }

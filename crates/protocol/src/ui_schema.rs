@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use ts_rs::TS;
 
 /// Event name of a `CUSTOM` event carrying [`UiHintsEvent`].
 pub const UI_HINTS_EVENT: &str = "ui_hints";
@@ -35,8 +36,9 @@ const MAX_ENTRIES: usize = 50;
 pub const DEFAULT_LOCALE: &str = "en-US";
 
 /// The value of a `CUSTOM ui_hints` event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "camelCase")]
+#[ts(export_to = "UiHintsEvent.ts")]
 pub struct UiHintsEvent {
     /// The message (assistant or tool) the hints belong to.
     pub message_id: String,
@@ -45,20 +47,25 @@ pub struct UiHintsEvent {
 }
 
 /// How an agent would like a message shown.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
+#[ts(export_to = "UiHints.ts")]
 pub struct UiHints {
     /// Heading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub title: Option<String>,
     /// Outcome; shown as a badge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub status: Option<UiStatus>,
     /// Badge label; the upper-cased status when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub badge: Option<String>,
     /// Main text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub body: Option<String>,
     /// Label/value pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -71,15 +78,18 @@ pub struct UiHints {
     pub links: Vec<UiLink>,
     /// BCP 47 locale, e.g. `zh-CN`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub locale: Option<String>,
     /// Theme.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub theme: Option<UiTheme>,
 }
 
 /// A label/value pair.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
+#[ts(export_to = "UiField.ts")]
 pub struct UiField {
     /// Label.
     pub label: String,
@@ -88,8 +98,9 @@ pub struct UiField {
 }
 
 /// A link.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
+#[ts(export_to = "UiLink.ts")]
 pub struct UiLink {
     /// Label.
     pub label: String,
@@ -98,8 +109,9 @@ pub struct UiLink {
 }
 
 /// `UiSchemaRenderer.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
+#[ts(export_to = "UiStatus.ts")]
 pub enum UiStatus {
     /// Informational.
     Info,
@@ -126,8 +138,9 @@ impl UiStatus {
 }
 
 /// `UiSchemaRenderer.theme`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "lowercase")]
+#[ts(export_to = "UiTheme.ts")]
 pub enum UiTheme {
     /// The client's default.
     Default,
@@ -280,8 +293,8 @@ impl UiHints {
 }
 
 /// Compiles stored hints (a message's `metadata.ui_hints`); `None` when absent or unusable.
-pub fn compile_stored(metadata: &Value) -> Option<Value> {
-    let hints: UiHints = serde_json::from_value(metadata.get("ui_hints")?.clone()).ok()?;
+pub fn compile_stored(hints: Option<&UiHints>) -> Option<Value> {
+    let hints = hints?;
     hints.validate().ok()?;
     hints.compile()
 }
@@ -320,7 +333,8 @@ mod tests {
     #[test]
     fn empty_hints_compile_to_nothing() {
         assert_eq!(UiHints::default().compile(), None);
-        assert_eq!(compile_stored(&json!({"run_id": "r"})), None);
+        assert_eq!(compile_stored(None), None);
+        assert_eq!(compile_stored(Some(&UiHints::default())), None);
     }
 
     #[test]

@@ -77,7 +77,8 @@ fn the_three_metadata_examples_parse_with_their_extra_fields() {
     let stage: AgentChatMessageMetadata = round_trip("chat-messages-02");
     assert_eq!(stage.latency_ms, Some(2610));
     let tool: AgentChatMessageMetadata = round_trip("chat-messages-03");
-    assert_eq!(tool.extra["tool_name"], "calendar_create_event");
+    assert_eq!(tool.tool_name.as_deref(), Some("calendar_create_event"));
+    assert_eq!(tool.stage.as_deref(), Some("tool_execution"));
 }
 
 #[test]

@@ -6,10 +6,13 @@ use chrono::{DateTime, Utc};
 use protocol::agui::Event;
 use protocol::files::{ATTACHMENTS_EVENT, GeneratedAttachments};
 use protocol::messaging::{RunEventV1, RunStatus};
-use protocol::metadata::{AgentMetadata, MESSAGE_METADATA_EVENT};
+use protocol::metadata::{
+    AgentChatMessageMetadata as Metadata, AgentMetadata, MESSAGE_METADATA_EVENT, STAGE_RESPONSE,
+    STAGE_TOOL_EXECUTION,
+};
 use protocol::ui_schema::{UI_HINTS_EVENT, UiHints};
 use protocol::usage::TokenUsage;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// One change to history.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,7 +24,7 @@ pub(crate) enum Change {
         /// Its id.
         message_id: String,
         /// Metadata if it is created now.
-        metadata: Value,
+        metadata: Metadata,
     },
     /// Text streamed into a message.
     AppendText {
@@ -29,13 +32,6 @@ pub(crate) enum Change {
         message_id: String,
         /// The text.
         delta: String,
-    },
-    /// A message ended: its latency since acceptance.
-    Latency {
-        /// The message.
-        message_id: String,
-        /// Milliseconds since the run was accepted.
-        latency_ms: i64,
     },
     /// A tool call started on a message.
     ToolCallStarted {
@@ -70,14 +66,15 @@ pub(crate) enum Change {
         /// The result.
         content: String,
         /// Its metadata, `tool_name` aside.
-        metadata: Value,
+        metadata: Metadata,
     },
-    /// Fields merged into a message's metadata (`ui_hints`, `attachments`, the agent's own).
+    /// Fields merged into a message's metadata (its `latency_ms` when it ends, `ui_hints`,
+    /// `attachments`, the agent's own).
     MergeMetadata {
         /// The message (of this run).
         message_id: String,
-        /// The fields.
-        fields: Value,
+        /// The fields (those set).
+        fields: Metadata,
     },
     /// The tokens the run used, one entry per provider and model, as its terminal event
     /// reported them.
@@ -153,7 +150,8 @@ fn usage_change(usage: Option<&Vec<TokenUsage>>) -> Option<Change> {
 /// The changes `event` makes to a run accepted at `accepted_at`, in order.
 pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Change> {
     let latency_ms = (event.emitted_at - accepted_at).num_milliseconds();
-    let run_meta = |message_id: &str, stage: &str| json!({"run_id": event.run_id, "message_id": message_id, "stage": stage});
+    let run_meta =
+        |message_id: &str, stage: &str| Metadata::of_run(&event.run_id, message_id, stage);
     match &event.event {
         Event::RunStarted { .. } => vec![Change::Status(RunStatus::Running)],
         Event::RunFinished { usage, .. } => std::iter::once(Change::Status(RunStatus::Completed))
@@ -171,15 +169,18 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
         }
         Event::TextMessageStart { message_id, .. } => vec![Change::EnsureAssistant {
             message_id: message_id.clone(),
-            metadata: run_meta(message_id, "response"),
+            metadata: run_meta(message_id, STAGE_RESPONSE),
         }],
         Event::TextMessageContent { message_id, delta } => vec![Change::AppendText {
             message_id: message_id.clone(),
             delta: delta.clone(),
         }],
-        Event::TextMessageEnd { message_id } => vec![Change::Latency {
+        Event::TextMessageEnd { message_id } => vec![Change::MergeMetadata {
             message_id: message_id.clone(),
-            latency_ms,
+            fields: Metadata {
+                latency_ms: Some(latency_ms),
+                ..Metadata::default()
+            },
         }],
         Event::ToolCallStart {
             tool_call_id,
@@ -191,7 +192,7 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
             vec![
                 Change::EnsureAssistant {
                     message_id: message_id.to_owned(),
-                    metadata: run_meta(message_id, "response"),
+                    metadata: run_meta(message_id, STAGE_RESPONSE),
                 },
                 Change::ToolCallStarted {
                     tool_call_id: tool_call_id.clone(),
@@ -215,22 +216,24 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
             message_id,
             tool_call_id,
             content,
-        } => {
-            let mut metadata = run_meta(message_id, "tool_execution");
-            metadata["tool_call_id"] = Value::String(tool_call_id.clone());
-            metadata["latency_ms"] = json!(latency_ms);
-            vec![Change::ToolResult {
-                message_id: message_id.clone(),
-                tool_call_id: tool_call_id.clone(),
-                content: content.clone(),
-                metadata,
-            }]
-        }
+        } => vec![Change::ToolResult {
+            message_id: message_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            content: content.clone(),
+            metadata: Metadata {
+                tool_call_id: Some(tool_call_id.clone()),
+                latency_ms: Some(latency_ms),
+                ..run_meta(message_id, STAGE_TOOL_EXECUTION)
+            },
+        }],
         Event::Custom { name, value } if name == UI_HINTS_EVENT => {
             match UiHints::parse_event(value) {
                 Ok(hints) => vec![Change::MergeMetadata {
                     message_id: hints.message_id,
-                    fields: json!({"ui_hints": hints.hints}),
+                    fields: Metadata {
+                        ui_hints: Some(hints.hints),
+                        ..Metadata::default()
+                    },
                 }],
                 Err(err) => vec![Change::Ignored(format!("ui_hints: {err}"))],
             }
@@ -239,7 +242,10 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
             match GeneratedAttachments::parse_event(value) {
                 Ok(generated) => vec![Change::MergeMetadata {
                     message_id: generated.message_id,
-                    fields: json!({"attachments": generated.files}),
+                    fields: Metadata {
+                        attachments: Some(generated.files),
+                        ..Metadata::default()
+                    },
                 }],
                 Err(err) => vec![Change::Ignored(format!("attachments: {err}"))],
             }
@@ -249,7 +255,7 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
             match AgentMetadata::parse_event(value) {
                 Ok(fields) => vec![Change::MergeMetadata {
                     message_id: fields.message_id,
-                    fields: Value::Object(fields.metadata),
+                    fields: Metadata::from_fields(fields.metadata),
                 }],
                 Err(err) => vec![Change::Ignored(format!("message_metadata: {err}"))],
             }
@@ -260,7 +266,13 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    fn metadata(value: Value) -> Metadata {
+        serde_json::from_value(value).unwrap()
+    }
 
     fn event(value: Value) -> RunEventV1 {
         RunEventV1 {
@@ -368,7 +380,7 @@ mod tests {
             of(json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})),
             [Change::EnsureAssistant {
                 message_id: "m".into(),
-                metadata: json!({"run_id": "r1", "message_id": "m", "stage": "response"}),
+                metadata: metadata(json!({"run_id": "r1", "message_id": "m", "stage": "response"})),
             }]
         );
         assert_eq!(
@@ -380,9 +392,9 @@ mod tests {
         );
         assert_eq!(
             of(json!({"type": "TEXT_MESSAGE_END", "messageId": "m"})),
-            [Change::Latency {
+            [Change::MergeMetadata {
                 message_id: "m".into(),
-                latency_ms: 1_500
+                fields: metadata(json!({"latency_ms": 1_500}))
             }]
         );
     }
@@ -420,8 +432,10 @@ mod tests {
                 message_id: "t1".into(),
                 tool_call_id: "c1".into(),
                 content: "18C".into(),
-                metadata: json!({"run_id": "r1", "message_id": "t1", "stage": "tool_execution",
-                                 "tool_call_id": "c1", "latency_ms": 1_500}),
+                metadata: metadata(
+                    json!({"run_id": "r1", "message_id": "t1", "stage": "tool_execution",
+                                          "tool_call_id": "c1", "latency_ms": 1_500})
+                ),
             }]
         );
     }
@@ -434,7 +448,7 @@ mod tests {
             merged,
             [Change::MergeMetadata {
                 message_id: "m".into(),
-                fields: json!({"stage": "intent"})
+                fields: metadata(json!({"stage": "intent"}))
             }]
         );
         let forged = of(json!({"type": "CUSTOM", "name": "message_metadata",

@@ -16,7 +16,7 @@ use protocol::history::{
     HistoryMessage, HistoryScope, HistorySnapshotResponse, HistoryUserMessage,
     SessionHistoryResponse, SessionMessage,
 };
-use protocol::metadata::{AttachedFile, UserMessageAttachments};
+use protocol::metadata::{AgentChatMessageMetadata as Metadata, AttachedFile};
 use protocol::threads::ThreadSummary;
 use protocol::ui_schema::compile_stored;
 use serde::{Deserialize, Serialize};
@@ -533,39 +533,26 @@ async fn history_bodies(
 }
 
 /// `(id, name, arguments)` of a message's stored tool calls.
-fn stored_tool_calls(metadata: &Value) -> Vec<(String, String, String)> {
-    let text = |call: &Value, key: &str| call[key].as_str().unwrap_or_default().to_owned();
-    metadata
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| (text(c, "id"), text(c, "name"), text(c, "arguments")))
-                .collect()
-        })
-        .unwrap_or_default()
+fn stored_tool_calls(metadata: &Metadata) -> Vec<(String, String, String)> {
+    let calls = metadata.tool_calls.iter().flatten();
+    calls
+        .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
+        .collect()
 }
 
 /// `(file name, content type, URL)` of the files an agent made, where they were registered.
-fn generated_files(metadata: &Value) -> Vec<(String, String, String)> {
-    metadata
-        .get("attachments")
-        .and_then(Value::as_array)
-        .map(|files| {
-            files
-                .iter()
-                .filter_map(|f| {
-                    let name = f["filename"].as_str()?;
-                    let url = f["content_url"].as_str()?;
-                    let kind = f["content_type"]
-                        .as_str()
-                        .unwrap_or("application/octet-stream");
-                    Some((name.to_owned(), kind.to_owned(), url.to_owned()))
-                })
-                .collect()
+fn generated_files(metadata: &Metadata) -> Vec<(String, String, String)> {
+    let files = metadata.attachments.iter().flatten();
+    files
+        .filter_map(|f| {
+            let url = f.content_url.clone()?;
+            Some((
+                f.filename.clone(),
+                "application/octet-stream".to_owned(),
+                url,
+            ))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// `GET /v2/history?session_id=`: the same day, paged alike, in the form of `file-attachments.md`.
@@ -628,50 +615,12 @@ fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// The files of a user message, from its stored metadata (all of them when the list is kept,
-/// else the seed's single `user_message_attachments`).
+/// The files of a user message, from its stored metadata.
 fn user_files(row: &store::MessageRow) -> Vec<AttachedFile> {
     if row.role != Role::User {
         return Vec::new();
     }
-    if let Some(list) = row.metadata.get("user_message_attachment_list")
-        && let Ok(files) = serde_json::from_value::<Vec<AttachedFile>>(list.clone())
-    {
-        return files;
-    }
-    row.metadata
-        .get("user_message_attachments")
-        .and_then(|first| serde_json::from_value::<UserMessageAttachments>(first.clone()).ok())
-        .map(|first| {
-            vec![AttachedFile {
-                bucket: first.bucket,
-                path: first.path,
-                mime_type: first.mime_type,
-                file_name: None,
-                size_bytes: None,
-            }]
-        })
-        .unwrap_or_default()
-}
-
-/// The stored tool calls of an assistant message in AG-UI's `ToolCall` shape.
-fn tool_calls(metadata: &Value) -> Vec<Value> {
-    metadata
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|call| {
-                    json!({
-                        "id": call["id"],
-                        "type": "function",
-                        "function": {"name": call["name"], "arguments": call["arguments"]},
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    row.metadata.user_files()
 }
 
 fn text_block(content: &str) -> Vec<Value> {
@@ -693,7 +642,7 @@ fn to_history_message(row: store::MessageRow, url: Option<String>) -> HistoryMes
         }),
         role @ (Role::Assistant | Role::Tool) => {
             let message = HistoryAgentMessage {
-                ui_schema: compile_stored(&row.metadata),
+                ui_schema: compile_stored(row.metadata.ui_hints.as_ref()),
                 id: row.message_id,
                 seq: row.seq,
                 content: row.content,
@@ -718,12 +667,12 @@ fn to_block_message(
         content.push(json!({"type": "binary", "mimeType": file.mime_type, "url": url}));
     }
     let agent = row.role != Role::User;
-    let calls = tool_calls(&row.metadata);
+    let calls = row.metadata.agui_tool_calls();
     BlockMessage {
-        ui_schema: agent.then(|| compile_stored(&row.metadata)),
+        ui_schema: agent.then(|| compile_stored(row.metadata.ui_hints.as_ref())),
         tool_calls: (row.role == Role::Assistant && !calls.is_empty()).then_some(calls),
         tool_call_id: (row.role == Role::Tool)
-            .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
+            .then(|| row.metadata.tool_call_id.clone())
             .flatten(),
         id: row.message_id,
         seq: row.seq,
@@ -750,18 +699,13 @@ fn to_session_message(row: store::MessageRow) -> SessionMessage {
     }
     // An assistant message always lists the files the agent made, `[]` when none (the seed's
     // example).
-    let generated = row
-        .metadata
-        .get("attachments")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let assistant = row.role == Role::Assistant;
     SessionMessage {
-        tool_calls: (row.role == Role::Assistant).then(|| tool_calls(&row.metadata)),
+        tool_calls: assistant.then(|| row.metadata.agui_tool_calls()),
         tool_call_id: (row.role == Role::Tool)
-            .then(|| row.metadata["tool_call_id"].as_str().map(str::to_owned))
+            .then(|| row.metadata.tool_call_id.clone())
             .flatten(),
-        attachments: (row.role == Role::Assistant).then_some(generated),
+        attachments: assistant.then(|| row.metadata.attachments.clone().unwrap_or_default()),
         id: row.message_id,
         seq: row.seq,
         role: row.role.as_str().to_owned(),

@@ -197,7 +197,7 @@ fn agui_message(row: &AguiRow) -> Value {
         Role::Tool => json!({
             "id": row.message_id,
             "role": "tool",
-            "toolCallId": row.metadata.get("tool_call_id").and_then(Value::as_str).unwrap_or_default(),
+            "toolCallId": row.metadata.tool_call_id.as_deref().unwrap_or_default(),
             "content": row.content,
         }),
     }
@@ -205,42 +205,32 @@ fn agui_message(row: &AguiRow) -> Value {
 
 /// An assistant message's tool calls as AG-UI `ToolCall`s: from `tool_calls` (what the run's
 /// events streamed), else from `metadata.tool_calls` (an assistant message a client resent
-/// whole on the AG-UI route); both are `[{id, name, arguments}]`.
+/// whole on the AG-UI route).
 fn tool_calls(row: &AguiRow) -> Vec<Value> {
-    let stored = row
-        .tool_calls
-        .as_ref()
-        .or_else(|| row.metadata.get("tool_calls"))
-        .and_then(Value::as_array);
-    let text = |call: &Value, field: &str| {
-        call.get(field)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let stored = row.tool_calls.as_ref().or(row.metadata.tool_calls.as_ref());
     stored
         .into_iter()
         .flatten()
-        .map(|call| {
-            json!({
-                "id": text(call, "id"),
-                "type": "function",
-                "function": {"name": text(call, "name"), "arguments": text(call, "arguments")},
-            })
-        })
+        .filter_map(|call| serde_json::to_value(call.to_agui()).ok())
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use protocol::metadata::{AgentChatMessageMetadata as Metadata, StoredToolCall};
+
     use super::*;
+
+    fn metadata(value: Value) -> Metadata {
+        serde_json::from_value(value).unwrap()
+    }
 
     fn row(message_id: &str, role: Role, content: &str) -> AguiRow {
         AguiRow {
             message_id: message_id.into(),
             role,
             content: content.into(),
-            metadata: json!({"message_id": message_id}),
+            metadata: metadata(json!({"message_id": message_id})),
             agui: None,
             tool_calls: None,
         }
@@ -282,10 +272,14 @@ mod tests {
     #[test]
     fn tool_calls_come_from_the_table_before_the_metadata() {
         let streamed = AguiRow {
-            tool_calls: Some(
-                json!([{"id": "c1", "name": "weather", "arguments": "{\"city\":\"Oslo\"}"}]),
+            tool_calls: Some(vec![StoredToolCall {
+                id: "c1".into(),
+                name: "weather".into(),
+                arguments: r#"{"city":"Oslo"}"#.into(),
+            }]),
+            metadata: metadata(
+                json!({"tool_calls": [{"id": "c1", "name": "weather", "arguments": "{\"ci"}]}),
             ),
-            metadata: json!({"tool_calls": [{"id": "c1", "name": "weather", "arguments": "{\"ci"}]}),
             ..row("a1", Role::Assistant, "")
         };
         assert_eq!(
@@ -295,7 +289,9 @@ mod tests {
             ]})
         );
         let resent = AguiRow {
-            metadata: json!({"tool_calls": [{"id": "c2", "name": "f", "arguments": "{}"}]}),
+            metadata: metadata(
+                json!({"tool_calls": [{"id": "c2", "name": "f", "arguments": "{}"}]}),
+            ),
             ..row("a2", Role::Assistant, "calling")
         };
         assert_eq!(
@@ -309,7 +305,7 @@ mod tests {
     #[test]
     fn a_tool_result_names_its_call() {
         let result = AguiRow {
-            metadata: json!({"tool_call_id": "c1", "tool_name": "weather"}),
+            metadata: metadata(json!({"tool_call_id": "c1", "tool_name": "weather"})),
             ..row("t1", Role::Tool, "18C")
         };
         assert_eq!(

@@ -1,7 +1,9 @@
 //! The queries of a thread's fork (`crate::fork`): a new thread of the owner holding a copy of
 //! another's messages up to one of them.
 
+use protocol::metadata::{AgentChatMessageMetadata as Metadata, ForkedFrom, keys};
 use sqlx::PgPool;
+use sqlx::types::Json;
 
 use super::ThreadRow;
 
@@ -82,6 +84,7 @@ where
     }
     // The conversation as it stands at that message: earlier versions of a regenerated reply
     // are left out (the message forked at is kept even if it is one, no longer marked).
+    let superseded = keys::SUPERSEDED_BY;
     sqlx::query!(
         "INSERT INTO tool_calls (task_id, tool_call_id, message_id, name, arguments, started_seq)
          SELECT md5(c.task_id::text || $3)::uuid, c.tool_call_id, c.message_id, c.name,
@@ -89,30 +92,37 @@ where
            FROM tool_calls c
           WHERE EXISTS (SELECT 1 FROM messages m
                          WHERE m.owner = $1 AND m.thread_id = $2 AND m.seq <= $4
-                           AND (m.seq = $4 OR NOT (m.metadata ? 'superseded_by'))
+                           AND (m.seq = $4 OR NOT (m.metadata ? $5))
                            AND m.task_id = c.task_id AND m.message_id = c.message_id)",
         owner,
         from,
         to,
-        upto
+        upto,
+        superseded
     )
     .execute(&mut *tx)
     .await?;
+    let forked_from = Metadata {
+        forked_from: Some(ForkedFrom {
+            thread_id: from.to_owned(),
+        }),
+        ..Metadata::default()
+    };
     let copied = sqlx::query!(
         "INSERT INTO messages (id, owner, thread_id, seq, task_id, message_id, role, content,
                                metadata, agui, created_at)
          SELECT gen_random_uuid(), owner, $3, row_number() OVER (ORDER BY seq),
                 md5(task_id::text || $3)::uuid, message_id, role, content,
-                (metadata - 'superseded_by')
-                  || jsonb_build_object('forked_from', jsonb_build_object('threadId', $2::text)),
-                agui, created_at
+                (metadata - $5::text) || $6, agui, created_at
            FROM messages
           WHERE owner = $1 AND thread_id = $2 AND seq <= $4
-            AND (seq = $4 OR NOT (metadata ? 'superseded_by'))",
+            AND (seq = $4 OR NOT (metadata ? $5))",
         owner,
         from,
         to,
-        upto
+        upto,
+        superseded,
+        Json(&forked_from) as _
     )
     .execute(&mut *tx)
     .await?

@@ -1,8 +1,10 @@
 //! The reads of the history endpoints.
 
 use chrono::{DateTime, NaiveDate, Utc};
+use protocol::metadata::{AgentChatMessageMetadata as Metadata, StoredToolCall, keys};
 use serde_json::Value;
 use sqlx::PgPool;
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::Role;
@@ -51,7 +53,7 @@ pub(crate) struct MessageRow {
     pub(crate) seq: i64,
     pub(crate) role: Role,
     pub(crate) content: String,
-    pub(crate) metadata: Value,
+    pub(crate) metadata: Metadata,
     pub(crate) created_at: DateTime<Utc>,
 }
 
@@ -159,7 +161,7 @@ struct DayPageRow {
     seq: i64,
     role: Role,
     content: String,
-    metadata: Value,
+    metadata: Json<Metadata>,
     created_at: DateTime<Utc>,
     fetched: i64,
 }
@@ -191,7 +193,8 @@ pub(crate) async fn day_page(
                FROM newest
            )
            SELECT message_id AS "message_id!", seq AS "seq!", role AS "role!: Role",
-                  content AS "content!", metadata AS "metadata!", created_at AS "created_at!",
+                  content AS "content!", metadata AS "metadata!: Json<Metadata>",
+                  created_at AS "created_at!",
                   fetched AS "fetched!"
              FROM sized
             WHERE nth = 1 OR upto <= $7::bigint
@@ -214,7 +217,7 @@ pub(crate) async fn day_page(
             seq: r.seq,
             role: r.role,
             content: r.content,
-            metadata: r.metadata,
+            metadata: r.metadata.0,
             created_at: r.created_at,
         })
         .collect();
@@ -468,12 +471,22 @@ pub(crate) struct AguiRow {
     pub(crate) message_id: String,
     pub(crate) role: Role,
     pub(crate) content: String,
-    pub(crate) metadata: Value,
+    pub(crate) metadata: Metadata,
     /// A user message as its run's input carried it (`None`: written before migration 0006).
     pub(crate) agui: Option<Value>,
-    /// An assistant message's tool calls from `tool_calls` (`[{id, name, arguments}]`, in call
-    /// order); `None` when the run's events made none.
-    pub(crate) tool_calls: Option<Value>,
+    /// An assistant message's tool calls from `tool_calls`, in call order; `None` when the
+    /// run's events made none.
+    pub(crate) tool_calls: Option<Vec<StoredToolCall>>,
+}
+
+/// A row of [`messages_before_run`]: its tool calls as `[id, name, arguments]` arrays.
+struct AguiRecord {
+    message_id: String,
+    role: Role,
+    content: String,
+    metadata: Json<Metadata>,
+    agui: Option<Value>,
+    tool_calls: Option<Json<Vec<(String, String, String)>>>,
 }
 
 /// The thread's most recent `limit` messages before the run `task_id`, newest first: none of
@@ -488,18 +501,19 @@ pub(crate) async fn messages_before_run(
     limit: i64,
 ) -> sqlx::Result<Vec<AguiRow>> {
     // Read backwards on messages_thread_seq_key; the tool calls only for the rows returned.
-    sqlx::query_as!(
-        AguiRow,
-        r#"SELECT m.message_id, m.role AS "role: Role", m.content, m.metadata, m.agui,
-                  (SELECT jsonb_agg(jsonb_build_object('id', c.tool_call_id, 'name', c.name,
-                                                       'arguments', c.arguments)
+    let records = sqlx::query_as!(
+        AguiRecord,
+        r#"SELECT m.message_id, m.role AS "role: Role", m.content,
+                  m.metadata AS "metadata: Json<Metadata>", m.agui,
+                  (SELECT jsonb_agg(jsonb_build_array(c.tool_call_id, c.name, c.arguments)
                                     ORDER BY c.started_seq)
                      FROM tool_calls c
                     WHERE m.role = 'assistant' AND c.task_id = m.task_id
-                      AND c.message_id = m.message_id) AS tool_calls
+                      AND c.message_id = m.message_id)
+                    AS "tool_calls: Json<Vec<(String, String, String)>>"
              FROM messages m
             WHERE m.owner = $1 AND m.thread_id = $2 AND m.task_id <> $3
-              AND NOT (m.metadata ? 'superseded_by')
+              AND NOT (m.metadata ? $6)
               AND NOT EXISTS (SELECT 1 FROM run_progress r
                                WHERE r.task_id = m.task_id
                                  AND (r.runs_seq > $4
@@ -511,10 +525,29 @@ pub(crate) async fn messages_before_run(
         thread_id,
         task_id,
         runs_seq,
-        limit
+        limit,
+        keys::SUPERSEDED_BY
     )
     .fetch_all(pool)
-    .await
+    .await?;
+    let rows = records.into_iter().map(|r| AguiRow {
+        message_id: r.message_id,
+        role: r.role,
+        content: r.content,
+        metadata: r.metadata.0,
+        agui: r.agui,
+        tool_calls: r.tool_calls.map(|Json(calls)| {
+            calls
+                .into_iter()
+                .map(|(id, name, arguments)| StoredToolCall {
+                    id,
+                    name,
+                    arguments,
+                })
+                .collect()
+        }),
+    });
+    Ok(rows.collect())
 }
 
 /// Whose runs, ended when: the window of a usage answer.

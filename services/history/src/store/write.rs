@@ -2,10 +2,14 @@
 
 use chrono::{DateTime, Utc};
 use protocol::messaging::{RunEventV1, RunStatus, RunTaskV1};
-use protocol::metadata::AttachedFile;
+use protocol::metadata::{
+    AgentChatMessageMetadata as Metadata, AttachedFile, STAGE_INPUT, STAGE_TOOL_EXECUTION,
+    StoredToolCall, keys,
+};
 use protocol::run_input::Message;
 use protocol::threads::derived_title;
-use serde_json::{Value, json};
+use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -84,20 +88,16 @@ pub(crate) async fn record_accepted_run(
 }
 
 /// Metadata of a message that came in with the run; the new user message carries its files.
-fn input_metadata(task: &RunTaskV1, message_id: &str, new_turn: bool) -> Value {
-    let mut metadata = json!({
-        "run_id": task.input.run_id,
-        "message_id": message_id,
-        "stage": "input",
-    });
+fn input_metadata(task: &RunTaskV1, message_id: &str, new_turn: bool) -> Metadata {
     // The seed's `user_message_attachments` is one object (bucket, path, MIME type): the first
     // file. A message may carry up to three, so all of them, with name and size for the
     // file-attachments history shape, are kept in `user_message_attachment_list`.
-    if new_turn && let Some(first) = task.attachments.first() {
-        metadata["user_message_attachments"] = json!(first.location());
-        metadata["user_message_attachment_list"] = json!(task.attachments);
+    let first = task.attachments.first().filter(|_| new_turn);
+    Metadata {
+        user_message_attachments: first.map(AttachedFile::location),
+        user_message_attachment_list: first.map(|_| task.attachments.clone()),
+        ..Metadata::of_run(&task.input.run_id, message_id, STAGE_INPUT)
     }
-    metadata
 }
 
 /// A user message exactly as the run's input carried it (the `messages.agui` column).
@@ -118,7 +118,7 @@ struct Resent<'a> {
     message_id: &'a str,
     role: Role,
     content: String,
-    metadata: Value,
+    metadata: Metadata,
     agui: Option<Value>,
     /// The title a user message gives its thread if it has none yet.
     title: Option<String>,
@@ -225,17 +225,21 @@ fn resent<'a>(task: &RunTaskV1, message: &'a Message, new_turn: bool) -> Option<
         Message::Assistant(assistant) => {
             let mut bytes = 0;
             if let Some(calls) = &assistant.tool_calls {
-                let calls: Vec<Value> = calls
+                let calls = calls
                     .iter()
                     .map(|c| {
                         let mut arguments = c.function.arguments.clone();
                         cut |= cut_to(&mut arguments, room);
                         room -= arguments.len();
                         bytes += c.id.len() + c.function.name.len() + arguments.len();
-                        json!({"id": c.id, "name": c.function.name, "arguments": arguments})
+                        StoredToolCall {
+                            id: c.id.clone(),
+                            name: c.function.name.clone(),
+                            arguments,
+                        }
                     })
                     .collect();
-                metadata["tool_calls"] = Value::Array(calls);
+                metadata.tool_calls = Some(calls);
             }
             let mut content = assistant.content.clone().unwrap_or_default();
             cut |= cut_to(&mut content, room);
@@ -243,8 +247,8 @@ fn resent<'a>(task: &RunTaskV1, message: &'a Message, new_turn: bool) -> Option<
             (Role::Assistant, content, None, bytes)
         }
         Message::Tool(tool) => {
-            metadata["tool_call_id"] = Value::String(tool.tool_call_id.clone());
-            metadata["stage"] = Value::String("tool_execution".to_owned());
+            metadata.tool_call_id = Some(tool.tool_call_id.clone());
+            metadata.stage = Some(STAGE_TOOL_EXECUTION.to_owned());
             let mut content = tool.content.clone();
             cut |= cut_to(&mut content, room);
             let bytes = tool.tool_call_id.len() + content.len();
@@ -253,7 +257,7 @@ fn resent<'a>(task: &RunTaskV1, message: &'a Message, new_turn: bool) -> Option<
         _ => return None,
     };
     if cut {
-        metadata["truncated"] = Value::Bool(true);
+        metadata.truncated = Some(true);
     }
     Some(Resent {
         message_id: id,
@@ -349,7 +353,7 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
         if let (Change::EnsureAssistant { metadata, .. }, Some(user_message_id)) =
             (&mut change, &regenerates)
         {
-            metadata["regenerates"] = Value::String(user_message_id.clone());
+            metadata.regenerates = Some(user_message_id.clone());
         }
         apply(&mut tx, event, change).await?;
     }
@@ -417,10 +421,6 @@ async fn apply(
         Change::AppendText { message_id, delta } => {
             append_text(tx, task_id, &message_id, &delta).await
         }
-        Change::Latency {
-            message_id,
-            latency_ms,
-        } => set_latency(tx, task_id, &message_id, latency_ms).await,
         Change::ToolCallStarted {
             tool_call_id,
             message_id,
@@ -447,9 +447,7 @@ async fn apply(
             content,
             mut metadata,
         } => {
-            if let Some(tool_name) = tool_name(tx, task_id, &tool_call_id).await? {
-                metadata["tool_name"] = Value::String(tool_name);
-            }
+            metadata.tool_name = tool_name(tx, task_id, &tool_call_id).await?;
             insert_message(
                 tx,
                 NewMessage {
@@ -468,7 +466,7 @@ async fn apply(
             .await
         }
         Change::MergeMetadata { message_id, fields } => {
-            merge_metadata(tx, task_id, &message_id, fields).await
+            merge_metadata(tx, task_id, &message_id, &fields).await
         }
         Change::Usage(usage) => record_usage(tx, task_id, &usage).await,
         Change::Ignored(why) => {
@@ -523,24 +521,6 @@ async fn append_text(
     Ok(())
 }
 
-async fn set_latency(
-    tx: &mut Transaction<'_, Postgres>,
-    task_id: Uuid,
-    message_id: &str,
-    latency_ms: i64,
-) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
-         WHERE task_id = $1 AND message_id = $2",
-        task_id,
-        message_id,
-        latency_ms
-    )
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 async fn start_tool_call(
     tx: &mut Transaction<'_, Postgres>,
     task_id: Uuid,
@@ -588,13 +568,18 @@ async fn set_tool_message_latency(
     tool_call_id: &str,
     latency_ms: i64,
 ) -> sqlx::Result<()> {
+    let latency = Metadata {
+        latency_ms: Some(latency_ms),
+        ..Metadata::default()
+    };
     sqlx::query!(
-        "UPDATE messages SET metadata = metadata || jsonb_build_object('latency_ms', $3::bigint)
-         WHERE task_id = $1 AND NOT metadata ? 'latency_ms'
+        "UPDATE messages SET metadata = metadata || $3
+         WHERE task_id = $1 AND NOT metadata ? $4
            AND message_id = (SELECT message_id FROM tool_calls WHERE task_id = $1 AND tool_call_id = $2)",
         task_id,
         tool_call_id,
-        latency_ms
+        Json(&latency) as _,
+        keys::LATENCY_MS
     )
     .execute(&mut **tx)
     .await?;
@@ -637,7 +622,7 @@ struct NewMessage<'a> {
     message_id: &'a str,
     role: Role,
     content: &'a str,
-    metadata: Value,
+    metadata: Metadata,
     /// A user message as its run's input carried it; `None` for what the agent made.
     agui: Option<Value>,
     /// The title the message gives its thread if the thread has none yet (a user message's).
@@ -665,19 +650,24 @@ async fn regenerate(
         .iter()
         .map(|m| m.id().to_owned())
         .collect();
+    let superseded_by = Metadata {
+        superseded_by: Some(task.input.run_id.clone()),
+        ..Metadata::default()
+    };
     let superseded = sqlx::query!(
-        r#"UPDATE messages SET metadata = metadata || jsonb_build_object('superseded_by', $5::text)
+        r#"UPDATE messages SET metadata = metadata || $5
             WHERE owner = $1 AND thread_id = $2
               AND seq > (SELECT max(seq) FROM messages
                           WHERE owner = $1 AND thread_id = $2 AND message_id = $3
                             AND role = 'user')
-              AND NOT (metadata ? 'superseded_by')
+              AND NOT (metadata ? $6)
               AND message_id <> ALL($4)"#,
         task.owner,
         task.input.thread_id,
         user_message_id,
         &resent,
-        task.input.run_id
+        Json(&superseded_by) as _,
+        keys::SUPERSEDED_BY
     )
     .execute(&mut **tx)
     .await?
@@ -720,7 +710,7 @@ async fn ensure_message(
     event: &RunEventV1,
     message_id: &str,
     role: Role,
-    metadata: Value,
+    metadata: Metadata,
 ) -> sqlx::Result<()> {
     // By thread, not by run: a conversation resent by its client may have stored this very
     // message (by id) before this run's events arrived. Under the thread's lock, so the two
@@ -775,46 +765,59 @@ async fn lock_thread(
     Ok(())
 }
 
-/// Adds `fields` to the metadata of the run's message `message_id` (if it exists).
+/// Adds the fields set in `fields` to the metadata of the run's message `message_id` (if it
+/// exists), in the database: another run may mark the message superseded meanwhile.
 async fn merge_metadata(
     tx: &mut Transaction<'_, Postgres>,
     task_id: Uuid,
     message_id: &str,
-    fields: Value,
+    fields: &Metadata,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE messages SET metadata = metadata || $3 WHERE task_id = $1 AND message_id = $2",
         task_id,
         message_id,
-        fields
+        Json(fields) as _
     )
     .execute(&mut **tx)
     .await?;
     Ok(())
 }
 
-/// Rebuilds `metadata.tool_calls` (`[{id, name, arguments}]`, in call order) of the message
-/// the tool call `tool_call_id` belongs to.
+/// Rebuilds `metadata.tool_calls` (in call order) of the message the tool call `tool_call_id`
+/// belongs to. Only this run's events (applied one at a time) change its calls.
 async fn refresh_tool_calls(
     tx: &mut Transaction<'_, Postgres>,
     task_id: Uuid,
     tool_call_id: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE messages m
-            SET metadata = m.metadata || jsonb_build_object('tool_calls', (
-                SELECT jsonb_agg(jsonb_build_object('id', c.tool_call_id, 'name', c.name, 'arguments', c.arguments)
-                                 ORDER BY c.started_seq)
-                  FROM tool_calls c WHERE c.task_id = m.task_id AND c.message_id = m.message_id))
-          FROM tool_calls t
-         WHERE t.task_id = $1 AND t.tool_call_id = $2
-           AND m.task_id = t.task_id AND m.message_id = t.message_id",
+    let calls = sqlx::query!(
+        r#"SELECT c.message_id, c.tool_call_id AS id, c.name, c.arguments
+             FROM tool_calls c
+             JOIN tool_calls t ON t.task_id = c.task_id AND t.message_id = c.message_id
+            WHERE t.task_id = $1 AND t.tool_call_id = $2
+            ORDER BY c.started_seq"#,
         task_id,
         tool_call_id
     )
-    .execute(&mut **tx)
+    .fetch_all(&mut **tx)
     .await?;
-    Ok(())
+    let Some(message_id) = calls.first().map(|call| call.message_id.clone()) else {
+        return Ok(());
+    };
+    let tool_calls = calls
+        .into_iter()
+        .map(|call| StoredToolCall {
+            id: call.id,
+            name: call.name,
+            arguments: call.arguments,
+        })
+        .collect();
+    let fields = Metadata {
+        tool_calls: Some(tool_calls),
+        ..Metadata::default()
+    };
+    merge_metadata(tx, task_id, &message_id, &fields).await
 }
 
 /// Inserts a message at the thread's next `seq` (allocated under the thread row's lock); the
@@ -847,7 +850,7 @@ async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -
         m.message_id,
         m.role.as_str(),
         m.content,
-        m.metadata,
+        Json(&m.metadata) as _,
         m.agui,
         m.created_at
     )
@@ -858,7 +861,74 @@ async fn insert_message(tx: &mut Transaction<'_, Postgres>, m: NewMessage<'_>) -
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    fn task(messages: Value, attachments: Value) -> RunTaskV1 {
+        serde_json::from_value(json!({
+            "task_id": Uuid::nil(), "owner": "alice", "accepted_at": "2026-03-15T10:00:00Z",
+            "input": {"threadId": "t", "runId": "r1", "state": {}, "tools": [], "context": [],
+                      "forwardedProps": {}, "messages": messages},
+            "attachments": attachments,
+        }))
+        .unwrap()
+    }
+
+    /// The JSON a message's metadata is stored as.
+    fn stored(metadata: &Metadata) -> Value {
+        serde_json::to_value(metadata).unwrap()
+    }
+
+    #[test]
+    fn a_new_user_message_is_stored_with_its_files_as_before() {
+        let files = json!([
+            {"bucket": "b", "path": "u/t/r/a.png", "mime_type": "image/png", "file_name": "a.png", "size_bytes": 12},
+            {"bucket": "b", "path": "u/t/r/b.pdf", "mime_type": "application/pdf", "file_name": "b.pdf", "size_bytes": 34}
+        ]);
+        let task = task(
+            json!([{"id": "u1", "role": "user", "content": "look"}]),
+            files.clone(),
+        );
+        assert_eq!(
+            stored(&input_metadata(&task, "u1", true)),
+            json!({"run_id": "r1", "message_id": "u1", "stage": "input",
+                   "user_message_attachments": {"bucket": "b", "path": "u/t/r/a.png", "mime_type": "image/png"},
+                   "user_message_attachment_list": files})
+        );
+        assert_eq!(
+            stored(&input_metadata(&task, "u0", false)),
+            json!({"run_id": "r1", "message_id": "u0", "stage": "input"}),
+            "an earlier message of the conversation has no files"
+        );
+    }
+
+    #[test]
+    fn resent_assistant_and_tool_messages_are_stored_as_before() {
+        let long = "x".repeat(RESENT_MESSAGE_BYTES + 1);
+        let task = task(
+            json!([
+                {"id": "a1", "role": "assistant", "content": "calling",
+                 "toolCalls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"id": "t1", "role": "tool", "toolCallId": "c1", "content": long},
+                {"id": "u2", "role": "user", "content": "again"}
+            ]),
+            json!([]),
+        );
+        let messages = &task.input.messages;
+        let assistant = resent(&task, &messages[0], false).unwrap();
+        assert_eq!(
+            stored(&assistant.metadata),
+            json!({"run_id": "r1", "message_id": "a1", "stage": "input",
+                   "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]})
+        );
+        let tool = resent(&task, &messages[1], false).unwrap();
+        assert_eq!(
+            stored(&tool.metadata),
+            json!({"run_id": "r1", "message_id": "t1", "stage": "tool_execution",
+                   "tool_call_id": "c1", "truncated": true})
+        );
+    }
 
     fn unseen(bytes: &[usize], new_turn: Option<usize>) -> Vec<Resent<'static>> {
         bytes
@@ -868,7 +938,7 @@ mod tests {
                 message_id: "m",
                 role: Role::Assistant,
                 content: String::new(),
-                metadata: json!({}),
+                metadata: Metadata::default(),
                 agui: None,
                 title: None,
                 new_turn: Some(at) == new_turn,
