@@ -412,13 +412,11 @@ async fn connect_to(fleet: &mut Fleet, index: usize, services: &[(&str, usize)])
 async fn newest_connection(nats: &NatsCluster, service: &str) -> Option<usize> {
     let mut newest: Option<(chrono::DateTime<chrono::FixedOffset>, usize)> = None;
     for node in 0..3 {
-        let connz: Value = reqwest::get(format!("{}/connz?limit=1024", nats.monitor_url(node)))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for connection in connz["connections"].as_array().into_iter().flatten() {
+        for connection in connz(nats, node).await["connections"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             let Some(start) = connection["start"]
                 .as_str()
                 .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
@@ -464,16 +462,24 @@ async fn stored_events(nats: &NatsCluster) -> Vec<(String, u64, Value)> {
     events
 }
 
-/// How many clients of each name (the services name their connections) node `index` serves.
-async fn clients_on(nats: &NatsCluster, index: usize) -> BTreeMap<String, usize> {
-    let connz: Value = reqwest::get(format!("{}/connz?limit=1024", nats.monitor_url(index)))
+/// Node `index`'s connections as its monitoring endpoint lists them.
+async fn connz(nats: &NatsCluster, index: usize) -> Value {
+    reqwest::get(format!("{}/connz?limit=1024", nats.monitor_url(index)))
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// How many clients of each name (the services name their connections) node `index` serves.
+async fn clients_on(nats: &NatsCluster, index: usize) -> BTreeMap<String, usize> {
     let mut clients = BTreeMap::new();
-    for connection in connz["connections"].as_array().into_iter().flatten() {
+    for connection in connz(nats, index).await["connections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         let name = connection["name"].as_str().unwrap_or("unnamed").to_owned();
         *clients.entry(name).or_default() += 1;
     }

@@ -15,6 +15,20 @@ pub(crate) const MAX_COLUMN_GAP: usize = 1_000;
 /// Days from the 1900 date system's day 0 to the 1904 system's.
 const DAYS_1900_TO_1904: f64 = 1462.0;
 
+/// The names of the workbook's worksheets, in workbook order (chart and macro sheets left out).
+pub(crate) fn worksheets<RS, R>(workbook: &R) -> Vec<String>
+where
+    RS: std::io::Read + std::io::Seek,
+    R: calamine::Reader<RS>,
+{
+    workbook
+        .sheets_metadata()
+        .iter()
+        .filter(|sheet| sheet.typ == calamine::SheetType::WorkSheet)
+        .map(|sheet| sheet.name.clone())
+        .collect()
+}
+
 /// A cell as text.
 pub(crate) fn shown(cell: &Data, is_1904: bool) -> Cow<'_, str> {
     match cell {

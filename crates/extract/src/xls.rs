@@ -20,7 +20,7 @@
 use std::io::Cursor;
 use std::mem::size_of;
 
-use calamine::{Data, Reader as _, SheetType, Xls, XlsError};
+use calamine::{Data, Reader as _, Xls, XlsError};
 
 use crate::ole::{Container, index, u16_at, u32_at};
 use crate::sheet::{Line, shown};
@@ -250,12 +250,7 @@ pub(crate) fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, Extrac
         e => ExtractError::corrupt(FORMAT, e),
     })?;
     let is_1904 = workbook.has_1904_epoch();
-    let names: Vec<String> = workbook
-        .sheets_metadata()
-        .iter()
-        .filter(|sheet| sheet.typ == SheetType::WorkSheet)
-        .map(|sheet| sheet.name.clone())
-        .collect();
+    let names = crate::sheet::worksheets(&workbook);
     let mut sink = Sink::new(limits);
     for name in names {
         if sink.done() {

@@ -24,7 +24,7 @@
 use std::fmt::Write as _;
 use std::io::{Cursor, Write as _};
 
-use calamine::{Data, Reader as _, SheetType, Xlsx, XlsxCellReader, XlsxError};
+use calamine::{Data, Reader as _, Xlsx, XlsxCellReader, XlsxError};
 use quick_xml::escape::escape;
 use quick_xml::events::{BytesStart, Event};
 use zip::write::SimpleFileOptions;
@@ -74,12 +74,7 @@ pub(crate) fn extract(bytes: &[u8], limits: &Limits) -> Result<Extracted, Extrac
         Err(error) => return Err(ExtractError::corrupt(FORMAT, error)),
     };
     let is_1904 = workbook.has_1904_epoch();
-    let names: Vec<String> = workbook
-        .sheets_metadata()
-        .iter()
-        .filter(|sheet| sheet.typ == SheetType::WorkSheet)
-        .map(|sheet| sheet.name.clone())
-        .collect();
+    let names = crate::sheet::worksheets(&workbook);
     for name in names {
         if sink.done() {
             break;
