@@ -8,8 +8,11 @@ mod download;
 mod erase;
 mod file_name;
 mod form;
+mod generated;
+mod intake;
 pub mod limits;
 mod link;
+mod lookup;
 pub mod policy;
 pub mod quota;
 mod resolve;
@@ -338,13 +341,21 @@ impl platform::service::Service for Application {
         let resolver = resolve::Resolver {
             pool: pool.clone(),
             s3: s3.clone(),
-            supabase_secret: config.supabase_jwt_secret.clone(),
-            signer: Arc::clone(&signer),
-            bucket: config.s3.bucket.clone(),
-            download_ttl: config.download_ttl,
-            upload_ttl: config.upload_ttl,
-            quota: Arc::clone(&quota),
-            verifier: Arc::clone(&verifier),
+            lookup: lookup::Lookup {
+                pool: pool.clone(),
+                supabase_secret: config.supabase_jwt_secret.clone(),
+                signer: Arc::clone(&signer),
+                download_ttl: config.download_ttl,
+                verifier: Arc::clone(&verifier),
+            },
+            generated: generated::Generated {
+                pool: pool.clone(),
+                s3: s3.clone(),
+                signer: Arc::clone(&signer),
+                bucket: config.s3.bucket.clone(),
+                upload_ttl: config.upload_ttl,
+                quota: Arc::clone(&quota),
+            },
         };
         let sweeper = Sweeper {
             verifier: Arc::clone(&verifier),

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::file_name::{MAX_FILE_NAME_CHARS, base_name, upload_key};
 use crate::form::{BoundedForm, FormError, FormErrors, FramingTooLong};
+use crate::intake::Intake;
 use crate::quota::QuotaError;
 use crate::store::{self, FileRow, FileStatus, NewUpload, Source};
 
@@ -60,18 +61,23 @@ impl From<aws_sdk_s3::Error> for UploadError {
 
 /// The whole upload of `owner`'s `form`, at most `max_bytes`: room for one more file (an early
 /// refusal, before any byte is stored), the file streamed to S3 ([`receive`]), then the file
-/// recorded verified only if the owner still has room for it and its bytes, judged and recorded
-/// atomically per owner ([`Quota::insert`](crate::quota::Quota::insert): concurrent uploads of
-/// one owner cannot together overshoot the quota), else the object goes again; in the form's
-/// session's workspace when it names one. When the owner already has these bytes, their earlier
-/// file answers and the new object goes: one object per content.
+/// recorded verified by intake ([`Intake::keep_stored`]: only if the owner still has room for it
+/// and its bytes, judged and recorded atomically per owner; else the object goes again); in the
+/// form's session's workspace when it names one. When the owner already has these bytes, their
+/// earlier file answers, which must be verified: one object per content.
 pub(crate) async fn upload(
     state: &AppState,
     owner: &str,
     form: BoundedForm,
     max_bytes: u64,
 ) -> Result<FileRow, UploadError> {
-    state.quota.room(&state.pool, owner, None, false).await??;
+    let intake = Intake {
+        pool: &state.pool,
+        quota: &state.quota,
+        bucket: &state.bucket,
+        upload_ttl: state.upload_ttl,
+    };
+    intake.room(owner, None, false).await??;
     let id = Uuid::now_v7();
     let stored = receive(
         &state.s3,
@@ -81,7 +87,6 @@ pub(crate) async fn upload(
         max_bytes,
     )
     .await?;
-    let size = i64::try_from(stored.size).unwrap_or(i64::MAX);
     let upload = NewUpload {
         id,
         owner,
@@ -89,36 +94,13 @@ pub(crate) async fn upload(
         key: &stored.key,
         file_name: &stored.file_name,
         content_type: stored.file_type.mime,
-        size,
+        size: i64::try_from(stored.size).unwrap_or(i64::MAX),
         declared_sha256: None,
         expires_at: Utc::now(),
     };
-    let inserted = match state
-        .quota
-        .insert(&state.pool, &upload, Some(&stored.sha256))
-        .await
-    {
-        Ok(Ok(inserted)) => inserted,
-        Ok(Err(refused)) => {
-            delete_object(state, &stored.key).await?;
-            return Err(refused.into());
-        }
-        Err(failed) => {
-            // Not recorded: the object would be one no file names.
-            if let Err(err) = delete_object(state, &stored.key).await {
-                tracing::warn!(error = %err, "object of an unrecorded upload not removed");
-            }
-            return Err(failed.into());
-        }
-    };
-    let file = if inserted {
-        store::find_owned(&state.pool, owner, &state.bucket, &stored.key).await?
-    } else {
-        // The owner already has this content: keep one object.
-        delete_object(state, &stored.key).await?;
-        store::find_by_hash(&state.pool, owner, &stored.sha256).await?
-    };
-    let file = file
+    let file = intake
+        .keep_stored(&state.s3, &upload, &stored.sha256)
+        .await??
         .filter(|f| f.status == FileStatus::Verified)
         .ok_or(UploadError::InProgress)?;
     if let Some(session) = &stored.session_id {
@@ -126,17 +108,6 @@ pub(crate) async fn upload(
     }
     tracing::info!(file.id = %file.id, size = stored.size, "file uploaded through the service");
     Ok(file)
-}
-
-async fn delete_object(state: &AppState, key: &str) -> Result<(), aws_sdk_s3::Error> {
-    state
-        .s3
-        .delete_object()
-        .bucket(&state.bucket)
-        .key(key)
-        .send()
-        .await?;
-    Ok(())
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> UploadError {

@@ -1,10 +1,8 @@
 //! `POST /v2/files/upload-url`'s work, once the handler has parsed the request: per-owner dedup
-//! by the declared SHA-256, else a new pending file and a presigned form for its bytes. The
-//! owner's live file with the same content answers instead of a new one: a verified file as a
-//! duplicate (nothing to upload), a pending one with a fresh form for the same key. A new file is
-//! claimed by an insert that yields to a concurrent request for the same content
-//! (`files_owner_sha256_live_key`), which is then answered like an earlier one: two clients
-//! racing on one content always share one file.
+//! by the declared SHA-256, else a new pending file and a presigned form for its bytes
+//! ([`Intake::claim`]). The owner's live file with the same content answers instead of a new
+//! one: a verified file as a duplicate (nothing to upload), a pending one with a fresh form for
+//! the same key.
 
 use std::time::Duration;
 
@@ -13,12 +11,13 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::intake::{Claimed, Intake, Presigned};
 use crate::policy::{SignedForm, Upload};
-use crate::quota::{Quota, QuotaError};
-use crate::store::{self, FileStatus, NewUpload, Source};
+use crate::quota::Quota;
+use crate::store::{self, Source};
 
-/// How often a new file is tried when concurrent requests for the same content keep winning.
-const ATTEMPTS: usize = 3;
+// Why no answer was made (the HTTP layer picks the status): intake's refusals.
+pub(crate) use crate::intake::IntakeError as UploadUrlError;
 
 /// A checked `POST /v2/files/upload-url` body.
 #[derive(Debug)]
@@ -33,6 +32,20 @@ pub(crate) struct UploadRequest {
     pub(crate) content_hash: Option<[u8; 32]>,
     /// The session (thread) whose workspace the file joins.
     pub(crate) session_id: Option<String>,
+}
+
+impl UploadRequest {
+    /// The file intake is asked for: an upload of the owner.
+    fn presigned(&self) -> Presigned<'_> {
+        Presigned {
+            file_name: &self.file_name,
+            file_type: self.file_type,
+            size: self.file_size,
+            sha256: self.content_hash,
+            session_id: self.session_id.as_deref(),
+            source: Source::Upload,
+        }
+    }
 }
 
 /// What the caller is told to do.
@@ -56,40 +69,20 @@ pub(crate) enum UploadAnswer {
     },
 }
 
-/// Why no answer was made (the HTTP layer picks the status).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum UploadUrlError {
-    /// 409: the owner's file with the declared hash has another size or type.
-    #[error("the declared hash belongs to a file of another size or type")]
-    HashConflict,
-    /// 429 or 403: the owner has no room for another file.
-    #[error(transparent)]
-    Quota(#[from] QuotaError),
-    /// 500: PostgreSQL failed, or concurrent requests never let this one settle.
-    #[error(transparent)]
-    Failed(#[from] anyhow::Error),
-}
-
-impl From<sqlx::Error> for UploadUrlError {
-    fn from(err: sqlx::Error) -> Self {
-        UploadUrlError::Failed(err.into())
-    }
-}
-
-/// The answer to `owner`'s `request` (see the module's doc): [`claim`], then a signed form
-/// for a pending file.
+/// The answer to `owner`'s `request` (see the module's doc): [`Intake::claim`], then a signed
+/// form for a pending file.
 pub(crate) async fn upload_url(
     state: &AppState,
     owner: &str,
     request: &UploadRequest,
 ) -> Result<UploadAnswer, UploadUrlError> {
-    let db = Db {
+    let intake = Intake {
         pool: &state.pool,
         quota: &state.quota,
         bucket: &state.bucket,
         upload_ttl: state.upload_ttl,
     };
-    Ok(match claim(&db, owner, request).await? {
+    Ok(match intake.claim(owner, &request.presigned()).await? {
         Claimed::Verified { bucket, key } => UploadAnswer::Duplicate { bucket, key },
         Claimed::Pending { id, bucket, key } => UploadAnswer::Upload {
             form: sign_form(state, id, &bucket, request),
@@ -97,106 +90,6 @@ pub(crate) async fn upload_url(
             key,
         },
     })
-}
-
-/// What [`claim`] needs: the pool, the quota and where new files go.
-pub(crate) struct Db<'a> {
-    pub(crate) pool: &'a PgPool,
-    pub(crate) quota: &'a Quota,
-    pub(crate) bucket: &'a str,
-    pub(crate) upload_ttl: Duration,
-}
-
-/// The file a request is answered with, once PostgreSQL settled it.
-#[derive(Debug)]
-pub(crate) enum Claimed {
-    /// The owner's verified file with the same content: nothing to upload.
-    Verified { bucket: String, key: String },
-    /// A pending file whose bytes are to come: the owner's earlier one with the same content
-    /// (its expiry extended), or a new one.
-    Pending {
-        id: Uuid,
-        bucket: String,
-        key: String,
-    },
-}
-
-/// All the PostgreSQL work of a request, on one connection (one check on acquire): the dedup
-/// lookup, the quota and the insert of a new pending file in one statement, in a transaction
-/// holding the owner's quota lock so that concurrent requests cannot overshoot the limits
-/// ([`store::claim_upload`]); the owner's live file with the same content answers instead; then
-/// the session's workspace entry.
-pub(crate) async fn claim(
-    db: &Db<'_>,
-    owner: &str,
-    request: &UploadRequest,
-) -> Result<Claimed, UploadUrlError> {
-    let expires_at = Utc::now()
-        + chrono::Duration::from_std(db.upload_ttl).unwrap_or(chrono::Duration::minutes(5));
-    let size = i64::try_from(request.file_size).unwrap_or(i64::MAX);
-    let limits = db.quota.limits();
-    let mut conn = db.pool.acquire().await?;
-    for _ in 0..ATTEMPTS {
-        let id = Uuid::now_v7();
-        let key = crate::file_name::upload_key(owner, id, &request.file_name);
-        let new = NewUpload {
-            id,
-            owner,
-            bucket: db.bucket,
-            key: &key,
-            file_name: &request.file_name,
-            content_type: request.file_type.mime,
-            size,
-            declared_sha256: request.content_hash.as_ref().map(|h| h.as_slice()),
-            expires_at,
-        };
-        let claim = store::claim_upload(
-            &mut conn,
-            &new,
-            limits.max_pending,
-            limits.max_files,
-            limits.max_bytes,
-        )
-        .await?;
-        if let Some(existing) = claim.existing {
-            if existing.size_bytes != size || existing.content_type != request.file_type.mime {
-                return Err(UploadUrlError::HashConflict);
-            }
-            if let Some(session) = &request.session_id {
-                store::add_to_workspace(&mut *conn, owner, session, existing.id, Source::Upload)
-                    .await?;
-            }
-            if existing.status == FileStatus::Verified {
-                return Ok(Claimed::Verified {
-                    bucket: existing.bucket,
-                    key: existing.object_key,
-                });
-            }
-            // Pending: the same bytes may be sent again to the same key, with a fresh form.
-            store::extend_pending(&mut *conn, existing.id, expires_at).await?;
-            return Ok(Claimed::Pending {
-                id: existing.id,
-                bucket: existing.bucket,
-                key: existing.object_key,
-            });
-        }
-        if claim.inserted {
-            if let Some(session) = &request.session_id {
-                store::add_to_workspace(&mut *conn, owner, session, id, Source::Upload).await?;
-            }
-            tracing::info!(file.id = %id, "upload form signed");
-            return Ok(Claimed::Pending {
-                id,
-                bucket: db.bucket.to_owned(),
-                key,
-            });
-        }
-        // Nothing inserted: the owner has no room for a new file (a duplicate above adds
-        // nothing), or a concurrent request for the same content won the insert: answer with
-        // its file.
-        db.quota.judge(&claim.usage, Some(size))?;
-    }
-    Err(anyhow::anyhow!("upload-url did not settle after concurrent inserts").into())
 }
 
 /// The upload form of the pending file `id` in `bucket`: it posts to the file's staging key
@@ -216,7 +109,7 @@ fn sign_form(state: &AppState, id: Uuid, bucket: &str, request: &UploadRequest) 
     )
 }
 
-/// The PostgreSQL work of `POST /v2/files/upload-url` alone ([`claim`], the function the
+/// The PostgreSQL work of `POST /v2/files/upload-url` alone ([`Intake::claim`], the function the
 /// handler calls), without HTTP, the token, the rate limit or the signing: what the raw loop of
 /// `crates/bench` (`pg-upload-loop`, BENCHMARKS.md section 3) runs, so that its "same work"
 /// cannot drift from the service's.
@@ -263,13 +156,13 @@ impl UploadUrlWork {
             content_hash: Some(content_hash),
             session_id: None,
         };
-        let db = Db {
+        let intake = Intake {
             pool: &self.pool,
             quota: &self.quota,
             bucket: &self.bucket,
             upload_ttl: self.upload_ttl,
         };
-        claim(&db, owner, &request).await?;
+        intake.claim(owner, &request.presigned()).await?;
         Ok(())
     }
 }
