@@ -40,7 +40,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 "$ROOT/scripts/infra.sh"
 log "building switchboard-runs and switchboard-bench (release)"
 cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --bin sse-idle \
-  --bin sse-bare
+  --bin sse-bare --bin ws-idle
 # js-publish-loop only deletes the prefix's streams at exit; an older binary does that as well.
 cargo build --release --locked --quiet -p switchboard-bench --bin js-publish-loop 2>/dev/null ||
   log "js-publish-loop does not build; the last binary built (if any) deletes the streams"
@@ -187,6 +187,30 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
     --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 20 --probe-events 0 --fanout-wait-seconds 2 \
     >"$OUT/idle-bare.json" 2>"$OUT/idle-bare.err" || { log "sse-idle (bare) failed:"; cat "$OUT/idle-bare.err" >&2; exit 1; }
+  kill -TERM "$BARE_PID" 2>/dev/null || true
+  wait "$BARE_PID" 2>/dev/null || true
+  BARE_PID=""
+fi
+
+# ---------------------------------------------------------------- 3. idle WebSockets
+# A fresh runs instance (the streams' memory is not given back to the system), then the bare
+# axum endpoint's WebSockets, as many of each, held as long.
+if [ "${BENCH_SKIP_WS:-0}" != 1 ]; then
+  stop_runs
+  start_runs runs-ws
+  log "ws-idle: $STREAMS WebSockets, held ${HOLD}s, opened $OPEN_CONCURRENCY at a time"
+  timeout $((HOLD + 300)) "$BIN/ws-idle" --url "http://127.0.0.1:$RUNS_PORT" --token "$TOKEN" \
+    --pid "$RUNS_PID" --sockets "$STREAMS" --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds "$HOLD" \
+    >"$OUT/ws.json" 2>"$OUT/ws.err" || { log "ws-idle failed:"; cat "$OUT/ws.err" >&2; exit 1; }
+  stop_runs
+  BARE_PORT="$(free_port)"
+  "$BIN/sse-bare" "127.0.0.1:$BARE_PORT" >"$OUT/ws-bare.log" 2>&1 &
+  BARE_PID=$!
+  wait_until "sse-bare" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
+  log "ws-idle against the bare axum baseline (pid $BARE_PID)"
+  timeout $((HOLD + 300)) "$BIN/ws-idle" --url "http://127.0.0.1:$BARE_PORT" --token "$TOKEN" \
+    --pid "$BARE_PID" --sockets "$STREAMS" --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 20 \
+    >"$OUT/ws-bare.json" 2>"$OUT/ws-bare.err" || { log "ws-idle (bare) failed:"; cat "$OUT/ws-bare.err" >&2; exit 1; }
   kill -TERM "$BARE_PID" 2>/dev/null || true
   wait "$BARE_PID" 2>/dev/null || true
   BARE_PID=""

@@ -104,3 +104,23 @@ if idle:
     print()
     print("RSS of the runs instance while holding (every 2 s from the end of the opening):")
     print(" ".join(f"{p['t_s']:.0f}s={p['rss_kib'] / 1024:.0f}MiB" for p in idle["timeline"]))
+
+ws, ws_bare = load("ws"), load("ws-bare")
+if ws:
+    print()
+    print(f"Idle WebSockets: a fresh runs instance, {ws['sockets_opened']:,} sockets of `GET /websocket` "
+          f"(authenticated by header, sending nothing), held {ws['hold_seconds']} s:")
+    print()
+    print("| measure | value |")
+    print("|---|---:|")
+    print(f"| sockets opened (errors) | {ws['sockets_opened']:,} ({ws['open_errors']}) in "
+          f"{ws['open_seconds']} s; alive at the end {ws['alive_at_end_of_hold']:,} |")
+    print(f"| runs RSS before / holding | {ws['rss_before_kib'] / 1024:.1f} MiB / "
+          f"{ws['rss_holding_kib'] / 1024:.1f} MiB |")
+    print(f"| RSS per idle WebSocket | {ws['kib_per_socket']} KiB |")
+    if ws_bare:
+        print(f"| baseline: bare axum WebSocket, same sockets: RSS before / holding, per socket | "
+              f"{ws_bare['rss_before_kib'] / 1024:.1f} MiB / {ws_bare['rss_holding_kib'] / 1024:.1f} MiB, "
+              f"{ws_bare['kib_per_socket']} KiB |")
+    if ws["first_error"]:
+        print(f"| first error | {ws['first_error']} |")

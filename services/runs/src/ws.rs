@@ -57,6 +57,10 @@ use crate::thread::Open;
 const OUTBOX: usize = 1024;
 /// How often a connection is pinged.
 const PING: Duration = Duration::from_secs(20);
+/// The socket's first read buffer: it grows for a larger frame (up to the message limit). The
+/// library's default, 128 KiB allocated per socket up front, made an idle WebSocket cost 149 KiB
+/// (BENCHMARKS.md section 16); a client's messages are small.
+const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 /// How often, once a prompt is closed (seen by a KV watch), the connection looks for the run
 /// that continues it, published moments later (at most 50 looks).
 const CONTINUATION_LOOK: Duration = Duration::from_millis(300);
@@ -146,7 +150,9 @@ pub(crate) async fn websocket(
         }
         None => None,
     };
-    let upgrade = upgrade.max_message_size(MAX_WS_MESSAGE_BYTES);
+    let upgrade = upgrade
+        .max_message_size(MAX_WS_MESSAGE_BYTES)
+        .read_buffer_size(WS_READ_BUFFER_BYTES);
     let upgrade = if protocols.first().is_some_and(|p| p == "bearer") {
         upgrade.protocols(["bearer"])
     } else {
@@ -326,7 +332,9 @@ fn parse_message_id(raw: &str) -> Option<(String, u64)> {
 struct Session {
     state: AppState,
     owner: Owner,
-    out: mpsc::Sender<WsMessage>,
+    /// Boxed: a channel allocates its first 32 slots up front, which for messages held inline
+    /// was several KiB per idle socket.
+    out: mpsc::Sender<Box<WsMessage>>,
     /// Runs this connection started (and streams itself): a prompt's continuation started
     /// here is not followed a second time.
     started: Arc<Mutex<std::collections::HashSet<String>>>,
@@ -385,7 +393,7 @@ impl Session {
         rejoin: Option<Rejoin>,
         dialect: WsDialect,
     ) {
-        let (out, mut outbox) = mpsc::channel::<WsMessage>(OUTBOX);
+        let (out, mut outbox) = mpsc::channel::<Box<WsMessage>>(OUTBOX);
         let client = Arc::new(Mutex::new(Client {
             dialect,
             ..Client::default()
@@ -465,7 +473,7 @@ impl Session {
     }
 
     async fn send(&self, message: WsMessage) {
-        let _ = self.out.send(message).await;
+        let _ = self.out.send(Box::new(message)).await;
     }
 
     async fn error(&self, error: WsError, conversation_id: Option<&str>, parent_id: Option<&str>) {
@@ -836,7 +844,7 @@ impl Session {
                     }
                     prompt = Some(message.id.clone());
                 }
-                if self.out.send(message).await.is_err() {
+                if self.out.send(Box::new(message)).await.is_err() {
                     return;
                 }
             }

@@ -5,6 +5,9 @@
 //! and encoded once and written to every open stream (a `tokio::sync::broadcast`), each stream
 //! ending after a terminal event, as the runs service's do. Nothing per stream but the channel.
 //!
+//! `GET /websocket` upgrades to a WebSocket that reads until the client closes it, with the runs
+//! service's 4 KiB first read buffer: the baseline of `ws-idle`.
+//!
 //! Usage: `sse-bare ADDR [--nats-url URL --prefix PREFIX]` (e.g. `127.0.0.1:8099`); runs until
 //! killed. Without `--nats-url` the streams only send heartbeats.
 
@@ -51,12 +54,19 @@ async fn main() -> anyhow::Result<()> {
     }
     let app = Router::new()
         .route("/api/v1/agent/runs/{run_id}/events", get(events))
+        .route("/websocket", get(websocket))
         .with_state(frames);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+async fn websocket(upgrade: axum::extract::ws::WebSocketUpgrade) -> axum::response::Response {
+    // The runs service's first read buffer (the library's default is 128 KiB a socket).
+    let upgrade = upgrade.read_buffer_size(4 * 1024);
+    upgrade.on_upgrade(|mut socket| async move { while let Some(Ok(_)) = socket.recv().await {} })
 }
 
 async fn events(
