@@ -59,7 +59,7 @@ const OUTBOX: usize = 1024;
 const PING: Duration = Duration::from_secs(20);
 /// The socket's first read buffer: it grows for a larger frame (up to the message limit). The
 /// library's default, 128 KiB allocated per socket up front, made an idle WebSocket cost 149 KiB
-/// (BENCHMARKS.md section 16); a client's messages are small.
+/// (17.5 KiB now; BENCHMARKS.md section 16); a client's messages are small.
 const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 /// How often, once a prompt is closed (seen by a KV watch), the connection looks for the run
 /// that continues it, published moments later (at most 50 looks).
