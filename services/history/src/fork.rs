@@ -24,17 +24,17 @@ pub(crate) async fn serve(
     client: async_nats::Client,
     names: Names,
     pool: PgPool,
-    kept: crate::kept::Reporter,
+    owner_budgets: platform::nats::JsonKv,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (pool, link_client, link_names, kept) = (&pool, &client, &names, &kept);
+    let (pool, link_client, link_names, budgets) = (&pool, &client, &names, &owner_budgets);
     respond::serve(
         client.clone(),
         &names,
         names.history_thread_fork_subject(),
         shutdown,
         || tracing::info_span!("history.thread_fork.handle", otel.kind = "server"),
-        |request| answer(pool, link_client, link_names, kept, request),
+        |request| answer(pool, link_client, link_names, budgets, request),
     )
     .await
 }
@@ -43,7 +43,7 @@ async fn answer(
     pool: &PgPool,
     client: &async_nats::Client,
     names: &Names,
-    kept: &crate::kept::Reporter,
+    owner_budgets: &platform::nats::JsonKv,
     request: ThreadForkRequest,
 ) -> anyhow::Result<ThreadForkReply> {
     let ThreadForkRequest::V1 {
@@ -72,8 +72,8 @@ async fn answer(
     let forked =
         store::fork_thread(pool, &owner, &thread_id, &message_id, &new_thread_id, link).await?;
     Ok(match forked {
-        Forked::Thread(row) => {
-            kept.report(&owner).await;
+        Forked::Thread(row, kept) => {
+            platform::kept::report(owner_budgets, &owner, u64::try_from(kept).unwrap_or(0)).await;
             tracing::info!(messages = row.last_seq, "thread forked");
             metrics::counter!("switchboard_history_threads_forked_total").increment(1);
             ThreadForkReply::V1 {

@@ -88,14 +88,14 @@ impl Ingest {
         self.runs.clone()
     }
 
-    /// Consumes both streams until `shutdown`; what an owner keeps is reported to `kept` as
-    /// each run ends.
+    /// Consumes both streams until `shutdown`; what an owner keeps is written to
+    /// `owner_budgets` as each run ends (`platform::kept`).
     pub(crate) async fn run(
         self,
-        kept: crate::kept::Reporter,
+        owner_budgets: platform::nats::JsonKv,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let kept = &kept;
+        let owner_budgets = &owner_budgets;
         let lag = [
             (self.runs.clone(), HISTORY_RUNS_CONSUMER),
             (self.events.clone(), HISTORY_EVENTS_CONSUMER),
@@ -142,8 +142,9 @@ impl Ingest {
                             tracing::info_span!("history.ingest.run_end", task.id = %event.task_id);
                         platform::telemetry::adopt_message_parent(&span, &message);
                         let applied = store::apply_event(pool, &event).instrument(span).await;
-                        if matches!(applied, Ok(Outcome::Written)) {
-                            kept.report(&event.owner).await;
+                        if let Ok(Outcome::Ended { kept }) = applied {
+                            let kept = u64::try_from(kept).unwrap_or(0);
+                            platform::kept::report(owner_budgets, &event.owner, kept).await;
                         }
                         Handled::from(applied)
                     }
@@ -206,7 +207,9 @@ where
         };
         let seq = message.info().map_or(0, |info| info.stream_sequence);
         let ack = match handle(message.message.clone(), seq).await {
-            Handled::Done(Outcome::Written | Outcome::Duplicate) => message.ack().await,
+            Handled::Done(Outcome::Written | Outcome::Ended { .. } | Outcome::Duplicate) => {
+                message.ack().await
+            }
             Handled::Done(Outcome::Erased) => match crate::erase::delete_message(stream, seq).await
             {
                 Ok(()) => message.ack().await,

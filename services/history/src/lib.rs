@@ -7,7 +7,6 @@ mod changes;
 mod erase;
 mod fork;
 mod ingest;
-mod kept;
 mod lookup;
 mod progress;
 mod respond;
@@ -123,8 +122,8 @@ pub struct Application {
     /// Erases threads and owners (on request, and the thread retention).
     eraser: erase::Eraser,
     thread_ttl: erase::ThreadTtl,
-    /// Tells the runs replicas what each owner keeps.
-    kept: kept::Reporter,
+    /// Where the runs replicas read what each owner keeps (`platform::kept`).
+    owner_budgets: platform::nats::JsonKv,
 }
 
 impl platform::service::Service for Application {
@@ -167,10 +166,7 @@ impl platform::service::Service for Application {
         // Boxed: opening the buckets is a large future, and a test's whole platform is built
         // inside one future on a thread's stack.
         let buckets = Box::pin(platform::nats::ensure_run_buckets(&js, &config.nats)).await?;
-        let kept = kept::Reporter {
-            pool: pool.clone(),
-            kv: buckets.owner_budgets.clone(),
-        };
+        let owner_budgets = buckets.owner_budgets.clone();
         let eraser = erase::Eraser::new(
             pool.clone(),
             client.clone(),
@@ -211,7 +207,7 @@ impl platform::service::Service for Application {
             signer,
             eraser,
             thread_ttl: config.thread_ttl,
-            kept,
+            owner_budgets,
         })
     }
 
@@ -246,7 +242,7 @@ impl platform::service::Service for Application {
             self.client.clone(),
             self.names.clone(),
             self.pool.clone(),
-            self.kept.clone(),
+            self.owner_budgets.clone(),
             shutdown.clone(),
         );
         let lookup = lookup::serve(
@@ -276,7 +272,7 @@ impl platform::service::Service for Application {
         let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
         let (http, ingested, progress, lookup, thread_messages, thread_rename, erasures, forks) = tokio::join!(
             http,
-            self.ingest.run(self.kept, shutdown),
+            self.ingest.run(self.owner_budgets, shutdown),
             progress,
             lookup,
             thread_messages,

@@ -10,8 +10,8 @@ use super::ThreadRow;
 /// What a fork did.
 #[derive(Debug)]
 pub(crate) enum Forked {
-    /// The new thread, as the list shows it.
-    Thread(ThreadRow),
+    /// The new thread, as the list shows it, and what its owner keeps in history now.
+    Thread(ThreadRow, i64),
     /// The owner has no such thread.
     NoThread,
     /// The thread holds no message with that id.
@@ -135,7 +135,7 @@ where
     )
     .execute(&mut *tx)
     .await?;
-    super::count_thread(&mut tx, owner, to).await?;
+    let kept = super::count_thread(&mut tx, owner, to).await?;
     let thread = sqlx::query_as!(
         ThreadRow,
         "SELECT thread_id, title, last_seq, created_at, updated_at FROM threads
@@ -147,5 +147,5 @@ where
     .await?;
     before_commit().await?;
     tx.commit().await?;
-    Ok(Forked::Thread(thread))
+    Ok(Forked::Thread(thread, kept))
 }

@@ -2,13 +2,16 @@
 //! owner's sum in `owner_bytes`, changed together in the transactions that add or remove what
 //! they count. `platform::kept` tells the runs replicas the sums.
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 /// Adds the bytes of run `task_id`'s messages (text, metadata, AG-UI form) and tool-call
 /// arguments to its thread and owner; called once per run, in the transaction that writes its
-/// end.
-pub(crate) async fn add_run(tx: &mut Transaction<'_, Postgres>, task_id: Uuid) -> sqlx::Result<()> {
+/// end. What the owner keeps now, if the run has a thread.
+pub(crate) async fn add_run(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+) -> sqlx::Result<Option<i64>> {
     let added = sqlx::query!(
         r#"WITH run AS (SELECT owner, thread_id FROM run_progress WHERE task_id = $1),
                 size AS (
@@ -25,10 +28,10 @@ pub(crate) async fn add_run(tx: &mut Transaction<'_, Postgres>, task_id: Uuid) -
     )
     .fetch_optional(&mut **tx)
     .await?;
-    if let Some(row) = added {
-        add_owner(tx, &row.owner, row.bytes).await?;
+    match added {
+        Some(row) => Ok(Some(add_owner(tx, &row.owner, row.bytes).await?)),
+        None => Ok(None),
     }
-    Ok(())
 }
 
 /// Sets a new thread's bytes to what it holds (a fork's copied messages and tool calls) and adds
@@ -78,16 +81,6 @@ pub(crate) async fn take_thread(
     .execute(&mut **tx)
     .await?;
     Ok(if gone.rows_affected() > 0 { 0 } else { left })
-}
-
-/// What `owner` keeps.
-pub(crate) async fn kept_bytes(pool: &PgPool, owner: &str) -> sqlx::Result<i64> {
-    Ok(
-        sqlx::query_scalar!("SELECT bytes FROM owner_bytes WHERE owner = $1", owner)
-            .fetch_optional(pool)
-            .await?
-            .unwrap_or(0),
-    )
 }
 
 async fn add_owner(

@@ -24,6 +24,12 @@ use protocol::messaging::RunStatus;
 pub(crate) enum Outcome {
     /// Written now.
     Written,
+    /// Written now: the run's first end, whose bytes now count for its owner, who keeps
+    /// `kept` bytes in all (`platform::kept`).
+    Ended {
+        /// What the owner keeps in history now.
+        kept: i64,
+    },
     /// Already written before (a redelivery): nothing changed.
     Duplicate,
     /// Depends on something not written yet (the run's user message, an earlier event).

@@ -375,11 +375,13 @@ pub(crate) async fn apply_event(pool: &PgPool, event: &RunEventV1) -> sqlx::Resu
     )
     .execute(&mut *tx)
     .await?;
-    if open && marks.ended_at.is_some() {
-        super::add_run(&mut tx, event.task_id).await?;
-    }
+    let kept = if open && marks.ended_at.is_some() {
+        super::add_run(&mut tx, event.task_id).await?
+    } else {
+        None
+    };
     tx.commit().await?;
-    Ok(Outcome::Written)
+    Ok(kept.map_or(Outcome::Written, |kept| Outcome::Ended { kept }))
 }
 
 /// How far a run's events are applied, and what every event of it is checked against.
