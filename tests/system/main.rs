@@ -28,6 +28,7 @@ mod metrics;
 mod migrations;
 mod openai_backend;
 mod owner_budget;
+mod owner_rate;
 mod partition;
 mod remote_agent_faults;
 mod remote_agents;

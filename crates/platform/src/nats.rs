@@ -469,20 +469,8 @@ async fn open_run_buckets(
     reconcile: bool,
 ) -> anyhow::Result<RunBuckets> {
     let (names, limits) = (&config.names, &config.limits);
-    let open = |bucket: String, max_age: Duration, full: stream::DiscardPolicy| async move {
-        settled(&bucket.clone(), || async {
-            if reconcile {
-                open_bucket(js, limits, bucket.clone(), max_age, full).await
-            } else {
-                let store = js.get_key_value(&bucket).await.with_context(|| {
-                    format!(
-                        "bucket {bucket} is not there: the NATS admin creates it (`nats-setup`)"
-                    )
-                })?;
-                Ok(JsonKv { store })
-            }
-        })
-        .await
+    let open = |bucket: String, max_age: Duration, full: stream::DiscardPolicy| {
+        open_or_wait(js, config, reconcile, bucket, max_age, full)
     };
     use stream::DiscardPolicy::{New, Old};
     // All at once: on a cluster a bucket's creation may wait seconds for the meta leader
@@ -536,6 +524,45 @@ async fn open_run_buckets(
         owner_budgets,
         owner_tokens,
     })
+}
+
+/// Opens `bucket`: creates or reconciles it when `reconcile`, else waits for the NATS admin's.
+async fn open_or_wait(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+    reconcile: bool,
+    bucket: String,
+    max_age: Duration,
+    full: stream::DiscardPolicy,
+) -> anyhow::Result<JsonKv> {
+    settled(&bucket.clone(), || async {
+        if reconcile {
+            open_bucket(js, &config.limits, bucket.clone(), max_age, full).await
+        } else {
+            let store = js.get_key_value(&bucket).await.with_context(|| {
+                format!("bucket {bucket} is not there: the NATS admin creates it (`nats-setup`)")
+            })?;
+            Ok(JsonKv { store })
+        }
+    })
+    .await
+}
+
+/// Opens the owner budgets bucket alone, as [`ensure_run_buckets`] does: for a service that
+/// keeps per-owner rates there ([`crate::limit::OwnerRate`]) and needs no other bucket.
+pub async fn ensure_owner_budgets(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+) -> anyhow::Result<JsonKv> {
+    Box::pin(open_or_wait(
+        js,
+        config,
+        !config.provisioned(),
+        config.names.owner_budgets_bucket(),
+        OWNER_BUDGET_MAX_AGE,
+        stream::DiscardPolicy::Old,
+    ))
+    .await
 }
 
 /// Opens the bucket or creates it, then reconciles its replicas, limits and what it does when

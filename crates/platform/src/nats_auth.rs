@@ -166,8 +166,17 @@ pub fn permissions(names: &Names, service: &str) -> Option<Permissions> {
     let permissions = match service {
         // Answers resolve, sign, register, generated-upload, erase and link; asks nothing.
         "attachments" => Permissions {
-            // Account info only: its readiness probe.
-            publish: vec!["$JS.API.INFO".to_owned()],
+            // Account info (its readiness probe), and its per-owner rates in the owner budgets
+            // bucket: reads the bucket, writes only its own rates' keys.
+            publish: {
+                let budgets = names.owner_budgets_bucket();
+                let mut subjects = vec!["$JS.API.INFO".to_owned()];
+                subjects.extend(stream_access(&format!("KV_{budgets}")));
+                subjects.extend(
+                    ["uploads", "downloads"].map(|rate| format!("$KV.{budgets}.rate-{rate}.*")),
+                );
+                subjects
+            },
             subscribe: vec![inbox, format!("{prefix}.attachments.*")],
             responds: true,
             publish_deny: Vec::new(),
@@ -417,6 +426,28 @@ mod tests {
                 assert!(may(&watch), "{service} may not watch");
             }
         }
+    }
+
+    #[test]
+    fn attachments_writes_its_own_rates_in_the_owner_budgets_and_nothing_else_there() {
+        let names = names();
+        let attachments = permissions(&names, "attachments").unwrap().publish;
+        let budgets = names.owner_budgets_bucket();
+        for rate in ["uploads", "downloads"] {
+            let key = format!("$KV.{budgets}.rate-{rate}.0a1b2c");
+            assert!(allowed(&attachments, &key), "attachments writes {key}");
+        }
+        for key in ["rate-runs.0a1b2c", "bytes.0a1b2c.20261127", "kept.0a1b2c"] {
+            let key = format!("$KV.{budgets}.{key}");
+            assert!(!allowed(&attachments, &key), "attachments writes {key}");
+        }
+        let read = format!("$JS.API.DIRECT.GET.KV_{budgets}.$KV.{budgets}.rate-uploads.0a1b2c");
+        assert!(allowed(&attachments, &read), "attachments reads its rates");
+        let status = names.run_status_bucket();
+        assert!(
+            !allowed(&attachments, &format!("$JS.API.STREAM.INFO.KV_{status}")),
+            "attachments reads no other bucket"
+        );
     }
 
     #[test]

@@ -246,6 +246,8 @@ pub(crate) struct AppState {
     pub(crate) upload_ttl: Duration,
     pub(crate) download_ttl: Duration,
     pub(crate) quota: Arc<quota::Quota>,
+    /// The per-owner rates of upload forms and download links, across the fleet.
+    pub(crate) rates: Arc<quota::Rates>,
     /// How long the framing of a server upload's form may be (`SB_ATTACHMENTS_MAX_PART_HEADER_BYTES`).
     pub(crate) part_header_limit: form::PartHeaderLimit,
     /// Verifies pending files, each once at a time (shared with the resolver and the sweeper).
@@ -312,7 +314,7 @@ impl platform::service::Service for Application {
                 "s3",
                 platform::s3::probe(s3.clone(), config.s3.bucket.clone()),
             ),
-            ("nats", platform::nats::probe(js)),
+            ("nats", platform::nats::probe(js.clone())),
         ];
         // Bound first: download links default to the bound address (port 0 in tests).
         let listener = platform::service::bind(config.addr).await?;
@@ -336,7 +338,9 @@ impl platform::service::Service for Application {
             public_endpoint,
             download_base,
         });
-        let quota = Arc::new(quota::Quota::new(config.quota.clone(), &limits));
+        let quota = Arc::new(quota::Quota::new(config.quota.clone()));
+        let budgets = platform::nats::ensure_owner_budgets(&js, &config.nats).await?;
+        let rates = Arc::new(quota::Rates::new(&config.quota, &limits, budgets));
         let verifier = verify::Verifier::new(s3.clone(), pool.clone());
         let resolver = resolve::Resolver {
             pool: pool.clone(),
@@ -370,6 +374,7 @@ impl platform::service::Service for Application {
             upload_ttl: config.upload_ttl,
             download_ttl: config.download_ttl,
             quota,
+            rates,
             part_header_limit: form::PartHeaderLimit(limits.max_part_header_bytes),
             verifier,
         };

@@ -2,16 +2,18 @@
 //! per minute, unfinished uploads at once, and stored files (count and bytes). A flood of
 //! unfulfilled forms from one owner can neither grow the files table without bound nor delay
 //! everyone else's verification. Download links are rate-limited too: `download-url` may
-//! verify a pending file inline, and even a verified one costs a lookup and a signature.
+//! verify a pending file inline, and even a verified one costs a lookup and a signature. Both
+//! rates hold across every attachments replica ([`Rates`], `platform::limit::OwnerRate`).
 
 use std::time::Duration;
 
-use platform::limit::PerOwnerLimit;
+use platform::limit::OwnerRate;
+use platform::nats::JsonKv;
 use sqlx::PgPool;
 
 use crate::store;
 
-/// `download-url` calls per owner per minute, per replica, by default
+/// `download-url` calls per owner per minute, across the fleet, by default
 /// (`SB_ATTACHMENTS_DOWNLOAD_RATE_PER_MINUTE`, [`crate::Limits`]; a link lives for the download
 /// TTL, so a client needs few).
 pub const DOWNLOADS_PER_MINUTE: u32 = 120;
@@ -73,41 +75,68 @@ pub(crate) enum QuotaError {
     Full(String),
 }
 
-/// Enforces [`QuotaConfig`], and the `download-url` rate of [`crate::Limits`].
-pub(crate) struct Quota {
-    config: QuotaConfig,
-    rate: PerOwnerLimit,
-    downloads: PerOwnerLimit,
+/// The two per-owner rates: upload forms and server uploads ([`QuotaConfig`]), and
+/// `download-url` ([`crate::Limits`]), shared by every replica through the owner budgets bucket.
+pub(crate) struct Rates {
+    uploads: OwnerRate,
+    downloads: OwnerRate,
     /// The `download-url` rate per minute and burst, as its refusal names them.
     download_rate: (u32, u32),
 }
 
-impl Quota {
-    /// Enforces `config`, and `limits`' `download-url` rate.
-    pub(crate) fn new(config: QuotaConfig, limits: &crate::Limits) -> Self {
+impl Rates {
+    /// `config`'s upload rate and `limits`' `download-url` rate, kept in `budgets`.
+    pub(crate) fn new(config: &QuotaConfig, limits: &crate::Limits, budgets: JsonKv) -> Self {
         Self {
-            rate: PerOwnerLimit::new(config.uploads_per_minute, config.uploads_burst),
-            downloads: PerOwnerLimit::new(limits.downloads_per_minute, limits.downloads_burst),
+            uploads: OwnerRate::new(
+                "uploads",
+                config.uploads_per_minute,
+                config.uploads_burst,
+                budgets.clone(),
+            ),
+            downloads: OwnerRate::new(
+                "downloads",
+                limits.downloads_per_minute,
+                limits.downloads_burst,
+                budgets,
+            ),
             download_rate: (limits.downloads_per_minute, limits.downloads_burst),
-            config,
         }
     }
 
-    /// May `owner` ask for one more upload now (the rate)?
-    pub(crate) fn rate(&self, owner: &str) -> Result<(), QuotaError> {
-        self.rate.check(owner).map_err(QuotaError::RateLimited)
+    /// May `owner` ask for one more upload now? Fails only when NATS does.
+    pub(crate) async fn upload(&self, owner: &str) -> anyhow::Result<Result<(), QuotaError>> {
+        Ok(self
+            .uploads
+            .check(owner)
+            .await?
+            .map_err(QuotaError::RateLimited))
     }
 
-    /// May `owner` ask for one more download link now?
-    pub(crate) fn download(&self, owner: &str) -> Result<(), QuotaError> {
+    /// May `owner` ask for one more download link now? Fails only when NATS does.
+    pub(crate) async fn download(&self, owner: &str) -> anyhow::Result<Result<(), QuotaError>> {
         let (per_minute, burst) = self.download_rate;
-        self.downloads
+        Ok(self
+            .downloads
             .check(owner)
+            .await?
             .map_err(|wait| QuotaError::DownloadRateLimited {
                 wait,
                 per_minute,
                 burst,
-            })
+            }))
+    }
+}
+
+/// Enforces [`QuotaConfig`]'s unfinished uploads and storage limits.
+pub(crate) struct Quota {
+    config: QuotaConfig,
+}
+
+impl Quota {
+    /// Enforces `config`.
+    pub(crate) fn new(config: QuotaConfig) -> Self {
+        Self { config }
     }
 
     /// Is there room for one more file of `owner` of `size` bytes (`None`: not known yet)?
@@ -193,16 +222,13 @@ mod tests {
     use super::*;
 
     fn quota() -> Quota {
-        Quota::new(
-            QuotaConfig {
-                uploads_per_minute: 60,
-                uploads_burst: 5,
-                max_pending: 2,
-                max_files: 3,
-                max_bytes: 100,
-            },
-            &crate::Limits::default(),
-        )
+        Quota::new(QuotaConfig {
+            uploads_per_minute: 60,
+            uploads_burst: 5,
+            max_pending: 2,
+            max_files: 3,
+            max_bytes: 100,
+        })
     }
 
     fn usage(files: i64, bytes: i64, pending: i64) -> store::Usage {
@@ -231,33 +257,15 @@ mod tests {
     }
 
     #[test]
-    fn the_download_rate_is_the_configured_one_and_its_refusal_names_it() {
-        let limits = crate::Limits {
-            downloads_per_minute: 1,
-            downloads_burst: 2,
-            ..crate::Limits::default()
+    fn a_download_rate_refusal_names_the_rate_and_when_to_retry() {
+        let refused = QuotaError::DownloadRateLimited {
+            wait: Duration::from_millis(1500),
+            per_minute: 1,
+            burst: 2,
         };
-        let q = Quota::new(QuotaConfig::default(), &limits);
-        assert_eq!(q.download("alice"), Ok(()));
-        assert_eq!(q.download("alice"), Ok(()));
-        let refused = q.download("alice").unwrap_err();
-        assert!(
-            matches!(
-                refused,
-                QuotaError::DownloadRateLimited {
-                    per_minute: 1,
-                    burst: 2,
-                    ..
-                }
-            ),
-            "{refused:?}"
+        assert_eq!(
+            refused.to_string(),
+            "too many download-url requests (at most 1 a minute per owner, bursts of 2); retry in 1 s"
         );
-        assert!(
-            refused.to_string().starts_with(
-                "too many download-url requests (at most 1 a minute per owner, bursts of 2); retry in "
-            ),
-            "{refused}"
-        );
-        assert_eq!(q.download("bob"), Ok(()), "another owner has their own");
     }
 }

@@ -85,6 +85,9 @@ pub(crate) enum ApiError {
     /// 429 (uploads too fast, with `Retry-After`; too many unfinished) or 403 (storage full).
     #[error(transparent)]
     Quota(#[from] QuotaError),
+    /// 503: a per-owner rate cannot be checked (NATS).
+    #[error("{0:#}")]
+    Unavailable(anyhow::Error),
     /// 500: something failed on our side.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -178,6 +181,7 @@ impl IntoResponse for ApiError {
             ApiError::Quota(QuotaError::Full(_)) => {
                 ErrorResponse::new(StatusCode::FORBIDDEN, ErrorCode::QuotaExceeded, &message)
             }
+            ApiError::Unavailable(err) => ErrorResponse::unavailable(&err),
             ApiError::Internal(err) => ErrorResponse::internal(&err),
         }
         .into_response()
@@ -282,7 +286,11 @@ async fn upload_url(
 ) -> Result<axum::Json<Value>, ApiError> {
     let request = parse_upload_request(&body)?;
     let owner = owner.as_str();
-    state.quota.rate(owner)?;
+    state
+        .rates
+        .upload(owner)
+        .await
+        .map_err(ApiError::Unavailable)??;
     let answer = match crate::upload_url::upload_url(&state, owner, &request).await? {
         UploadAnswer::Duplicate { bucket, key } => json!({
             "url": null,
@@ -325,7 +333,11 @@ async fn download_url(
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    state.quota.download(owner.as_str())?;
+    state
+        .rates
+        .download(owner.as_str())
+        .await
+        .map_err(ApiError::Unavailable)??;
     let mut file = owned_file(&state, owner.as_str(), query.content_url.as_deref())
         .await?
         .ok_or(ApiError::FileNotFound)?;
@@ -577,7 +589,11 @@ async fn server_upload(
     form: BoundedForm,
 ) -> Result<axum::Json<Value>, ApiError> {
     let owner = owner.as_str();
-    state.quota.rate(owner)?;
+    state
+        .rates
+        .upload(owner)
+        .await
+        .map_err(ApiError::Unavailable)??;
     let file = crate::server_upload::upload(&state, owner, form, MAX_FILE_BYTES).await?;
     let url = crate::download::sign(&state.signer, &file, state.download_ttl)?;
     Ok(axum::Json(json!({

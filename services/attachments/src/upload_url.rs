@@ -126,7 +126,7 @@ impl UploadUrlWork {
         Ok(Self {
             pool: crate::connect_pool(config).await?,
             // The download rate plays no part in this work.
-            quota: Quota::new(config.quota.clone(), &crate::Limits::default()),
+            quota: Quota::new(config.quota.clone()),
             bucket: config.s3.bucket.clone(),
             upload_ttl: config.upload_ttl,
         })

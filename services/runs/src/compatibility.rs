@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::agents::AgentCatalog;
-use crate::limit::{Throttle, Throttled};
+use crate::limit::{Refusal, Throttle, Throttled};
 
 /// The checks of one replica: the per-owner rate and the places on the blocking pool.
 pub(crate) struct CompatibilityChecks {
@@ -46,6 +46,9 @@ pub(crate) enum CheckError {
     /// 500: the blocking task failed.
     #[error(transparent)]
     Internal(anyhow::Error),
+    /// 503: the owner's rate cannot be checked (NATS).
+    #[error("{0:#}")]
+    Unavailable(anyhow::Error),
 }
 
 /// One side of the question, resolved.
@@ -74,17 +77,23 @@ impl Side {
 
 impl CompatibilityChecks {
     /// At most half the cores (at least one) compare schemas at once.
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(budgets: platform::nats::JsonKv) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         Self {
-            throttle: Throttle::compatibility(),
+            throttle: Throttle::compatibility(budgets),
             places: Arc::new(Semaphore::new((cores / 2).max(1))),
         }
     }
 
     /// `Ok` if `owner` may ask for one more check now.
-    pub(crate) fn admit(&self, owner: &str) -> Result<(), CheckError> {
-        Ok(self.throttle.check(owner)?)
+    pub(crate) async fn admit(&self, owner: &str) -> Result<(), CheckError> {
+        self.throttle
+            .check(owner)
+            .await
+            .map_err(|refusal| match refusal {
+                Refusal::Throttled(refused) => CheckError::Throttled(refused),
+                Refusal::Unavailable(err) => CheckError::Unavailable(err),
+            })
     }
 
     /// Answers the request `body` (JSON, already read within the body limit): parsed, resolved

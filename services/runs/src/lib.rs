@@ -145,7 +145,7 @@ pub(crate) struct SharedState {
     pub(crate) accept: Arc<accept::Acceptor>,
     pub(crate) admission: Arc<admit::Admission>,
     pub(crate) runs: Arc<status::RunDirectory>,
-    pub(crate) limiter: Arc<platform::limit::PerOwnerLimit>,
+    pub(crate) limiter: Arc<platform::limit::OwnerRate>,
     /// The owners' token budgets, and the tokens their runs used (the workers charge them).
     pub(crate) token_budgets: platform::tokens::TokenBudgets,
     /// What each owner may keep in history, against what history says they keep.
@@ -219,6 +219,7 @@ impl platform::service::Service for Application {
         ));
         let hub_client = client.clone();
         let prompt_buckets = buckets.clone();
+        let budgets = buckets.owner_budgets.clone();
         let tokens = platform::tokens::TokenLedger::new(buckets.owner_tokens.clone());
         let kept = platform::kept::KeptBudget::new(
             config.owner_history_bytes,
@@ -235,9 +236,11 @@ impl platform::service::Service for Application {
             names.clone(),
             buckets,
         ));
-        let limiter = Arc::new(platform::limit::PerOwnerLimit::new(
+        let limiter = Arc::new(platform::limit::OwnerRate::new(
+            "runs",
             config.rate_per_minute,
             config.rate_burst,
+            budgets.clone(),
         ));
         let shutdown = CancellationToken::new();
         let events = events::EventHub::start(
@@ -271,8 +274,8 @@ impl platform::service::Service for Application {
             token_budgets: config.token_budgets.clone(),
             kept,
             tokens,
-            lookups: limit::Throttle::lookups(lookup_rate),
-            compatibility: compatibility::CompatibilityChecks::new(),
+            lookups: limit::Throttle::lookups(lookup_rate, budgets.clone()),
+            compatibility: compatibility::CompatibilityChecks::new(budgets),
             events,
             threads,
             thread_admin,

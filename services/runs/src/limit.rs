@@ -2,18 +2,19 @@
 //! requests that cost far more than they carry ([`Throttle`]): run lookups (status, cancel,
 //! events, WebSocket reconnects; each a STREAM.INFO and a history lookup that may wait 2 s,
 //! finding L6 of the security review) and compatibility checks (CPU, finding H2). A refusal
-//! names its budget and when to retry. Like the rate of runs started
-//! ([`platform::limit::PerOwnerLimit`]), each is a token bucket per owner, per replica.
+//! names its budget and when to retry. Like the rate of runs started, each holds across the
+//! fleet ([`platform::limit::OwnerRate`]); open streams are counted per replica.
 
 use std::time::Duration;
 
 use platform::config::{ConfigError, Env};
-use platform::limit::PerOwnerLimit;
+use platform::limit::OwnerRate;
+use platform::nats::JsonKv;
 
 /// The rate of run lookups (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, `SB_RUNS_LOOKUP_RATE_BURST`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LookupRate {
-    /// Lookups per owner per minute, per replica (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, 600).
+    /// Lookups per owner per minute, across the fleet (`SB_RUNS_LOOKUP_RATE_PER_MINUTE`, 600).
     pub per_minute: u32,
     /// Lookups per owner at once (`SB_RUNS_LOOKUP_RATE_BURST`, 120).
     pub burst: u32,
@@ -44,15 +45,19 @@ impl LookupRate {
 const PER_MINUTE_VARIABLE: &str = "SB_RUNS_LOOKUP_RATE_PER_MINUTE";
 const BURST_VARIABLE: &str = "SB_RUNS_LOOKUP_RATE_BURST";
 
-/// Compatibility checks per owner per minute, per replica (fixed: a client asks once per pair of
+/// Compatibility checks per owner per minute, across the fleet (fixed: a client asks once per pair of
 /// agents it wires, and each check may cost ~50 ms of CPU, parse included).
 pub(crate) const COMPATIBILITY_PER_MINUTE: u32 = 30;
 /// Burst of the same: a page comparing a few pairs at once.
 pub(crate) const COMPATIBILITY_BURST: u32 = 10;
 
+/// What the refusals of the two rates call what they count.
+const LOOKUPS: &str = "run lookups (status, cancel, events and WebSocket reconnects)";
+const COMPATIBILITY: &str = "compatibility checks";
+
 /// One per-owner rate, with what its refusal says.
 pub(crate) struct Throttle {
-    limit: PerOwnerLimit,
+    limit: OwnerRate,
     /// What is counted, plural (`run lookups (...)`).
     what: &'static str,
     per_minute: u32,
@@ -77,6 +82,17 @@ pub(crate) struct Throttled {
     pub(crate) wait: Duration,
 }
 
+/// Why a [`Throttle`] did not let a request through.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// 429: past the owner's rate.
+    #[error(transparent)]
+    Throttled(#[from] Throttled),
+    /// 503: the rate's record could not be read or written.
+    #[error("the rate limit cannot be checked: {0:#}")]
+    Unavailable(anyhow::Error),
+}
+
 /// Whole seconds to wait, rounded up, at least 1 (what `Retry-After` says).
 fn retry_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
@@ -84,10 +100,10 @@ fn retry_secs(wait: Duration) -> u64 {
 
 impl Throttle {
     /// Run lookups: status, cancel, events and WebSocket reconnects.
-    pub(crate) fn lookups(rate: LookupRate) -> Self {
+    pub(crate) fn lookups(rate: LookupRate, budgets: JsonKv) -> Self {
         Self {
-            limit: PerOwnerLimit::new(rate.per_minute, rate.burst),
-            what: "run lookups (status, cancel, events and WebSocket reconnects)",
+            limit: OwnerRate::new("lookups", rate.per_minute, rate.burst, budgets),
+            what: LOOKUPS,
             per_minute: rate.per_minute,
             burst: rate.burst,
             settings: Some((PER_MINUTE_VARIABLE, BURST_VARIABLE)),
@@ -95,10 +111,15 @@ impl Throttle {
     }
 
     /// `POST /api/v1/agents/compatibility`.
-    pub(crate) fn compatibility() -> Self {
+    pub(crate) fn compatibility(budgets: JsonKv) -> Self {
         Self {
-            limit: PerOwnerLimit::new(COMPATIBILITY_PER_MINUTE, COMPATIBILITY_BURST),
-            what: "compatibility checks",
+            limit: OwnerRate::new(
+                "compatibility",
+                COMPATIBILITY_PER_MINUTE,
+                COMPATIBILITY_BURST,
+                budgets,
+            ),
+            what: COMPATIBILITY,
             per_minute: COMPATIBILITY_PER_MINUTE,
             burst: COMPATIBILITY_BURST,
             settings: None,
@@ -106,14 +127,24 @@ impl Throttle {
     }
 
     /// `Ok` if `owner` may make one more request now.
-    pub(crate) fn check(&self, owner: &str) -> Result<(), Throttled> {
-        self.limit.check(owner).map_err(|wait| Throttled {
+    pub(crate) async fn check(&self, owner: &str) -> Result<(), Refusal> {
+        self.limit
+            .check(owner)
+            .await
+            .map_err(Refusal::Unavailable)?
+            .map_err(|wait| self.refusal(wait))?;
+        Ok(())
+    }
+
+    /// The refusal of a request that may come again after `wait`.
+    fn refusal(&self, wait: Duration) -> Throttled {
+        Throttled {
             what: self.what,
             per_minute: self.per_minute,
             burst: self.burst,
             settings: self.settings,
             wait,
-        })
+        }
     }
 }
 
@@ -179,27 +210,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn past_the_burst_an_owner_is_told_the_budget_and_when_to_retry_and_others_are_not() {
-        let throttle = Throttle::lookups(LookupRate {
+    fn a_refusal_names_the_budget_its_variables_and_when_to_retry() {
+        let lookups = Throttled {
+            what: LOOKUPS,
             per_minute: 60,
             burst: 2,
-        });
-        assert!(throttle.check("alice").is_ok() && throttle.check("alice").is_ok());
-        let refused = throttle.check("alice").unwrap_err();
-        assert!(refused.wait > Duration::ZERO && refused.wait <= Duration::from_secs(1));
+            settings: Some((PER_MINUTE_VARIABLE, BURST_VARIABLE)),
+            wait: Duration::from_millis(400),
+        };
         assert_eq!(
-            refused.to_string(),
+            lookups.to_string(),
             "too many run lookups (status, cancel, events and WebSocket reconnects): at most 60 a \
              minute per owner, in bursts of 2 (SB_RUNS_LOOKUP_RATE_PER_MINUTE, \
              SB_RUNS_LOOKUP_RATE_BURST); retry in 1 s"
         );
-        assert!(throttle.check("bob").is_ok(), "per owner");
-        let compatibility = Throttle::compatibility();
-        for _ in 0..COMPATIBILITY_BURST {
-            assert!(compatibility.check("alice").is_ok());
-        }
+        let compatibility = Throttled {
+            what: COMPATIBILITY,
+            per_minute: COMPATIBILITY_PER_MINUTE,
+            burst: COMPATIBILITY_BURST,
+            settings: None,
+            wait: Duration::from_millis(1500),
+        };
         assert_eq!(
-            compatibility.check("alice").unwrap_err().to_string(),
+            compatibility.to_string(),
             "too many compatibility checks: at most 30 a minute per owner, in bursts of 10; \
              retry in 2 s"
         );

@@ -26,7 +26,7 @@ use crate::AppState;
 use crate::agents::ChooseError;
 use crate::compatibility::CheckError;
 use crate::events::{FollowError, Replay};
-use crate::limit::{StreamPermit, Throttled};
+use crate::limit::{Refusal, StreamPermit, Throttled};
 use crate::prompts::{PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
 use crate::status::status_response;
@@ -156,6 +156,15 @@ impl From<Throttled> for ApiError {
     }
 }
 
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Throttled(refused) => ApiError::Throttled(refused),
+            Refusal::Unavailable(err) => ApiError::Unavailable(err),
+        }
+    }
+}
+
 impl From<CheckError> for ApiError {
     fn from(err: CheckError) -> Self {
         match err {
@@ -163,6 +172,7 @@ impl From<CheckError> for ApiError {
             CheckError::Invalid(violation) => ApiError::Invalid(violation),
             CheckError::TooMuchWork(limit) => ApiError::TooComplex(limit),
             CheckError::Internal(err) => ApiError::Internal(err),
+            CheckError::Unavailable(err) => ApiError::Unavailable(err),
         }
     }
 }
@@ -520,7 +530,7 @@ async fn compatibility(
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
-    state.compatibility.admit(owner.as_str())?;
+    state.compatibility.admit(owner.as_str()).await?;
     let bytes = read_json_body(&headers, body).await?;
     // A name may have been registered moments ago: read the catalog once before judging.
     let _ = state.agents.list().await;
@@ -541,7 +551,7 @@ async fn run_events(
 ) -> Result<Response, ApiError> {
     check_path_id(&run_id)?;
     let replay = replay_of(query.as_deref())?;
-    state.lookups.check(owner.as_str())?;
+    state.lookups.check(owner.as_str()).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(value) => value
@@ -606,7 +616,7 @@ async fn thread_events(
             message: "threadId must be 1 to 128 characters".to_owned(),
         }));
     }
-    state.lookups.check(owner.as_str())?;
+    state.lookups.check(owner.as_str()).await?;
     let cursor = match headers.get("last-event-id") {
         None => None,
         Some(value) => Some(
@@ -734,7 +744,7 @@ async fn run_status(
     Path(run_id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_path_id(&run_id)?;
-    state.lookups.check(owner.as_str())?;
+    state.lookups.check(owner.as_str()).await?;
     let record = state
         .runs
         .find(owner.as_str(), &run_id)
@@ -752,7 +762,7 @@ async fn cancel_run(
     Path(run_id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_path_id(&run_id)?;
-    state.lookups.check(owner.as_str())?;
+    state.lookups.check(owner.as_str()).await?;
     let record = state
         .runs
         .cancel(owner.as_str(), &run_id)

@@ -79,6 +79,8 @@ pub(crate) async fn start_run(
     state
         .limiter
         .check(owner.as_str())
+        .await
+        .map_err(StartError::Unavailable)?
         .map_err(StartError::RateLimited)?;
     // The tokens of the owner's earlier runs, against their budgets (nothing read when the
     // owner has none).

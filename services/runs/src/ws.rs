@@ -223,7 +223,11 @@ async fn admit(
         state
             .lookups
             .check(owner.as_str())
-            .map_err(Refused::Throttled)?;
+            .await
+            .map_err(|refusal| match refusal {
+                crate::limit::Refusal::Throttled(refused) => Refused::Throttled(refused),
+                crate::limit::Refusal::Unavailable(err) => Refused::Unavailable(err),
+            })?;
     }
     state
         .streams
@@ -235,6 +239,8 @@ async fn admit(
 enum Refused {
     Throttled(crate::limit::Throttled),
     TooManyStreams,
+    /// The owner's rate cannot be checked (NATS).
+    Unavailable(anyhow::Error),
 }
 
 impl Refused {
@@ -247,6 +253,7 @@ impl Refused {
                 "too many open event streams and WebSockets; close one first",
             )
             .into_response(),
+            Refused::Unavailable(err) => crate::routes::ApiError::Unavailable(err).into_response(),
         }
     }
 
@@ -262,6 +269,17 @@ impl Refused {
                 "too many open event streams and WebSockets; close one first",
                 "rate_limited",
             ),
+            Refused::Unavailable(err) => {
+                tracing::warn!(
+                    error = format!("{err:#}"),
+                    "a reconnect's rate cannot be checked"
+                );
+                WsError::new(
+                    WsErrorCode::UnknownError,
+                    "the service is unavailable; retry shortly",
+                    "unavailable",
+                )
+            }
         }
     }
 }
