@@ -27,7 +27,7 @@ async fn stream_and_bucket_limits_follow_configuration_and_are_reconciled_when_c
         ..StreamLimits::default()
     };
     platform::nats::ensure_streams(&js, &config).await.unwrap();
-    platform::nats::ensure_run_buckets(&js, &config)
+    platform::lifecycle::ensure_run_buckets(&js, &config)
         .await
         .unwrap();
     let names = &config.names;
@@ -53,7 +53,7 @@ async fn stream_and_bucket_limits_follow_configuration_and_are_reconciled_when_c
     config.limits.max_msg_size = 512 << 10;
     config.limits.kv_max_bytes = 4 << 20;
     platform::nats::ensure_streams(&js, &config).await.unwrap();
-    platform::nats::ensure_run_buckets(&js, &config)
+    platform::lifecycle::ensure_run_buckets(&js, &config)
         .await
         .unwrap();
     let runs = stream_config(&js, &names.runs_stream()).await;
@@ -135,7 +135,7 @@ async fn a_full_status_bucket_drops_its_oldest_records_and_keeps_taking_new_runs
         .await
         .unwrap();
     config.limits.kv_max_bytes = 16 << 10;
-    let buckets = platform::nats::ensure_run_buckets(&js, &config)
+    let buckets = platform::lifecycle::ensure_run_buckets(&js, &config)
         .await
         .unwrap();
     let names = &config.names;
@@ -278,7 +278,7 @@ async fn a_purged_key_leaves_a_marker_that_expires_with_its_subject() {
     let (_client, js) = platform::nats::connect(&config, "purge-ttl-test")
         .await
         .unwrap();
-    let buckets = platform::nats::ensure_run_buckets(&js, &config)
+    let buckets = platform::lifecycle::ensure_run_buckets(&js, &config)
         .await
         .unwrap();
     let names = &config.names;

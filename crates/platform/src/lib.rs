@@ -12,6 +12,7 @@ pub mod config;
 pub mod db;
 pub mod http;
 pub mod kept;
+pub mod lifecycle;
 pub mod limit;
 pub mod metrics;
 pub mod nats;

@@ -339,7 +339,7 @@ impl platform::service::Service for Application {
             download_base,
         });
         let quota = Arc::new(quota::Quota::new(config.quota.clone()));
-        let budgets = platform::nats::ensure_owner_budgets(&js, &config.nats).await?;
+        let budgets = platform::lifecycle::ensure_owner_budgets(&js, &config.nats).await?;
         let rates = Arc::new(quota::Rates::new(&config.quota, &limits, budgets));
         let verifier = verify::Verifier::new(s3.clone(), pool.clone());
         let resolver = resolve::Resolver {

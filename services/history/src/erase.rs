@@ -25,7 +25,7 @@ use anyhow::Context as _;
 use async_nats::jetstream::stream::{DeleteMessageErrorKind, Stream};
 use async_nats::jetstream::{self, ErrorCode};
 use chrono::Utc;
-use platform::nats::{RunBuckets, ThreadLock};
+use platform::lifecycle::{RunBuckets, ThreadLock};
 use platform::owner_set::OwnerSet;
 use protocol::erase::{
     AttachmentsEraseReply, AttachmentsEraseRequest, EraseReply, OwnerEraseRequest,

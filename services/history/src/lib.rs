@@ -165,7 +165,7 @@ impl platform::service::Service for Application {
             .context("run events stream missing")?;
         // Boxed: opening the buckets is a large future, and a test's whole platform is built
         // inside one future on a thread's stack.
-        let buckets = Box::pin(platform::nats::ensure_run_buckets(&js, &config.nats)).await?;
+        let buckets = Box::pin(platform::lifecycle::ensure_run_buckets(&js, &config.nats)).await?;
         let owner_budgets = buckets.owner_budgets.clone();
         let eraser = erase::Eraser::new(
             pool.clone(),

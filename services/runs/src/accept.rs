@@ -16,7 +16,8 @@
 
 use async_nats::jetstream;
 use chrono::Utc;
-use platform::nats::{Claim, Published, RunBuckets};
+use platform::lifecycle::{Claim, RunBuckets};
+use platform::nats::Published;
 use protocol::messaging::{Names, Resumed, RunTaskV1};
 use protocol::metadata::AttachedFile;
 use protocol::{RunAgentInput, TaskAcceptedResponse};

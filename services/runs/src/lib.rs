@@ -160,7 +160,7 @@ pub(crate) struct SharedState {
     pub(crate) threads: thread::Threads,
     /// Renames and erases threads, erases owners (history keeps them).
     pub(crate) thread_admin: thread_admin::ThreadAdmin,
-    pub(crate) buckets: platform::nats::RunBuckets,
+    pub(crate) buckets: platform::lifecycle::RunBuckets,
     pub(crate) streams: limit::StreamQuota,
     /// The agents workers registered.
     pub(crate) agents: agents::AgentCatalog,
@@ -197,7 +197,7 @@ impl platform::service::Service for Application {
         let (client, js) = platform::nats::connect(&config.nats, "runs").await?;
         let names = &config.nats.names;
         platform::nats::ensure_streams(&js, &config.nats).await?;
-        let buckets = platform::nats::ensure_run_buckets(&js, &config.nats).await?;
+        let buckets = platform::lifecycle::ensure_run_buckets(&js, &config.nats).await?;
         let runs_stream = js.get_stream(names.runs_stream()).await?;
         let accept = Arc::new(accept::Acceptor::new(
             js.clone(),

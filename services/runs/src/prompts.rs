@@ -4,7 +4,7 @@
 //! (same continuation run) goes through again so its run is accepted exactly once.
 
 use chrono::Utc;
-use platform::nats::RunBuckets;
+use platform::lifecycle::RunBuckets;
 use protocol::interaction::{PromptOutcome, PromptRecord, PromptStatus, prompt_key};
 use protocol::messaging::Resumed;
 use serde_json::Value;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::stream::Stream;
 use chrono::Utc;
-use platform::nats::{Created, RunBuckets, task_at};
+use platform::lifecycle::RunBuckets;
+use platform::nats::{Created, task_at};
 use protocol::messaging::{
     Names, RunLookupReply, RunLookupRequest, RunRecord, RunStatus, RunStatusRecord, RunTaskV1,
     status_key, status_pattern,

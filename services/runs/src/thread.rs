@@ -31,7 +31,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use chrono::Utc;
 use futures::{Stream, StreamExt as _};
-use platform::nats::{JsonKv, RunBuckets, ThreadLock};
+use platform::lifecycle::{RunBuckets, ThreadLock};
+use platform::nats::JsonKv;
 use protocol::interaction::{
     PromptRecord, PromptStatus, ThreadPrompt, prompt_key, thread_prompt_key,
 };

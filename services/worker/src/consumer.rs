@@ -9,7 +9,7 @@ use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, AckKind, consumer::pull};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use platform::nats::Claim;
+use platform::lifecycle::Claim;
 use protocol::agui::Event;
 use protocol::interaction::{
     DEFAULT_PROMPT_ERROR, INTERACTION_TIMEOUT_EVENT, Prompt, PromptOutcome, PromptRecord,
@@ -236,7 +236,7 @@ impl RunConsumer {
         client: async_nats::Client,
         js: jetstream::Context,
         nats: &platform::nats::NatsConfig,
-        buckets: platform::nats::RunBuckets,
+        buckets: platform::lifecycle::RunBuckets,
         agents: Arc<AgentSet>,
         reader: Option<AttachmentReader>,
         capacity: Capacity,
@@ -300,7 +300,7 @@ impl RunConsumer {
             self.store.clone(),
             shutdown.clone(),
         ));
-        // Cards expire unless registered again (platform::nats::AGENT_CARD_TTL): an agent no
+        // Cards expire unless registered again (platform::lifecycle::AGENT_CARD_TTL): an agent no
         // worker serves any more leaves the catalog within a minute.
         let refresher = {
             let (store, agents, shutdown) = (
@@ -309,7 +309,7 @@ impl RunConsumer {
                 shutdown.clone(),
             );
             tokio::spawn(async move {
-                let mut every = tokio::time::interval(platform::nats::AGENT_REFRESH);
+                let mut every = tokio::time::interval(platform::lifecycle::AGENT_REFRESH);
                 every.tick().await;
                 loop {
                     tokio::select! {

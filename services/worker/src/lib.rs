@@ -217,7 +217,7 @@ impl Application {
     ) -> anyhow::Result<Self> {
         let (client, js) = platform::nats::connect(&config.nats, "worker").await?;
         platform::nats::ensure_streams(&js, &config.nats).await?;
-        let buckets = platform::nats::ensure_run_buckets(&js, &config.nats).await?;
+        let buckets = platform::lifecycle::ensure_run_buckets(&js, &config.nats).await?;
         let agents = match &config.agents_file {
             None => agents,
             Some(path) => {

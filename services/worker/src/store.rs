@@ -6,7 +6,8 @@
 //! only by compare-and-set, so two workers or a worker and a cancel never overwrite each other.
 
 use chrono::{DateTime, Utc};
-use platform::nats::{Claim, Created, RunBuckets};
+use platform::lifecycle::{Claim, RunBuckets};
+use platform::nats::Created;
 use protocol::interaction::{PromptRecord, ThreadPrompt, prompt_key, thread_prompt_key};
 use protocol::messaging::{RunStatus, RunStatusRecord, RunTaskV1, status_key};
 
@@ -99,7 +100,7 @@ pub(crate) struct RunStore {
 }
 
 impl RunStore {
-    /// The store of the run lifecycle buckets (opened by [`platform::nats::ensure_run_buckets`]).
+    /// The store of the run lifecycle buckets (opened by [`platform::lifecycle::ensure_run_buckets`]).
     pub(crate) fn new(buckets: RunBuckets, max_pending_prompts: usize) -> Self {
         let pending_prompts =
             platform::owner_set::OwnerSet::pending_prompts(buckets.owner_budgets.clone());

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_nats::jetstream;
 use futures::StreamExt as _;
-use platform::nats::Claim;
+use platform::lifecycle::Claim;
 use platform::nats::NatsConfig;
 use protocol::agui::Event;
 use protocol::messaging::{
@@ -61,7 +61,7 @@ struct Settings {
     max_time: Duration,
     text: String,
     events_per_run: u64,
-    buckets: Option<platform::nats::RunBuckets>,
+    buckets: Option<platform::lifecycle::RunBuckets>,
 }
 
 #[tokio::main]
@@ -117,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
     }
     platform::nats::ensure_streams(&js, &config).await?;
     if settings.layout == Layout::Started {
-        settings.buckets = Some(platform::nats::ensure_run_buckets(&js, &config).await?);
+        settings.buckets = Some(platform::lifecycle::ensure_run_buckets(&js, &config).await?);
     }
     if let Some(secs) = args.get("dedup-window-secs", "BENCH_DEDUP_WINDOW_SECS") {
         let secs: f64 = secs.parse().context("--dedup-window-secs")?;

@@ -121,13 +121,13 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Registers the worker's echo agent as the default, with the worker's own code, and again
-/// every [`platform::nats::AGENT_REFRESH`] for `keep`.
+/// every [`platform::lifecycle::AGENT_REFRESH`] for `keep`.
 async fn register_agent(
     js: &jetstream::Context,
     config: &NatsConfig,
     keep: Duration,
 ) -> anyhow::Result<()> {
-    let buckets = platform::nats::ensure_run_buckets(js, config).await?;
+    let buckets = platform::lifecycle::ensure_run_buckets(js, config).await?;
     let agents = worker::registry::AgentSet::new(vec![Arc::new(worker::agent::EchoAgent)], "echo")?;
     agents.register(&buckets.agents).await?;
     let line =
@@ -137,8 +137,8 @@ async fn register_agent(
     out.flush()?;
     drop(out);
     let until = Instant::now() + keep;
-    while Instant::now() + platform::nats::AGENT_REFRESH < until {
-        tokio::time::sleep(platform::nats::AGENT_REFRESH).await;
+    while Instant::now() + platform::lifecycle::AGENT_REFRESH < until {
+        tokio::time::sleep(platform::lifecycle::AGENT_REFRESH).await;
         agents.register(&buckets.agents).await?;
     }
     Ok(())

@@ -50,7 +50,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let (_client, js) = platform::nats::connect(&config, "bench").await?;
     platform::nats::ensure_streams(&js, &config).await?;
-    let buckets = platform::nats::ensure_run_buckets(&js, &config).await?;
+    let buckets = platform::lifecycle::ensure_run_buckets(&js, &config).await?;
     let set = OwnerSet::active_runs(buckets.owner_budgets.clone());
     let owner = |n: u64| format!("owner-{}", n % owners as u64);
 
