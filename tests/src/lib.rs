@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod fake_agent;
 pub mod fake_model;
 pub mod gateway;
+pub mod link;
 pub mod netns;
 pub mod postgres;
 
@@ -321,8 +322,16 @@ impl TestPlatform {
     /// Starts another runs replica on the same NATS (a second instance behind a load
     /// balancer); it stops with the platform or when the returned token is cancelled.
     pub async fn spawn_runs_replica(&self) -> anyhow::Result<(String, CancellationToken)> {
-        // Built on a task of its own, like the platform (a large future on a test thread).
-        let runs = tokio::spawn(runs::Application::build(runs::Config {
+        self.spawn_runs_replica_with(|_| {}).await
+    }
+
+    /// Like [`TestPlatform::spawn_runs_replica`], with its settings as `change` leaves them
+    /// (another NATS URL, say).
+    pub async fn spawn_runs_replica_with(
+        &self,
+        change: impl FnOnce(&mut runs::Config),
+    ) -> anyhow::Result<(String, CancellationToken)> {
+        let mut config = runs::Config {
             addr: any_port(),
             auth: self.infra.auth(),
             nats: self.nats.clone(),
@@ -336,8 +345,10 @@ impl TestPlatform {
             token_budgets: self.token_budgets.clone(),
             max_active_per_owner: self.max_active_per_owner,
             lookup_rate: GENEROUS_LOOKUPS,
-        }))
-        .await??;
+        };
+        change(&mut config);
+        // Built on a task of its own, like the platform (a large future on a test thread).
+        let runs = tokio::spawn(runs::Application::build(config)).await??;
         let url = format!("http://127.0.0.1:{}", runs.port());
         let stop = self.shutdown.child_token();
         tokio::spawn(runs.run(stop.clone()));
