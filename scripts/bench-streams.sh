@@ -16,8 +16,13 @@
 # stopped on exit and the NATS streams of the fresh prefix deleted (BENCH_KEEP_STREAMS=1 keeps
 # them). Raw results go to BENCH_OUT (default .data/bench/streams-<time>).
 #
+# 4. a slow client (sse-slow): BENCH_SLOW_STREAMS (1,000) fast clients of one run, alone and beside
+#    one client that reads nothing; the fast clients' p50/p99 in both passes, the live events the
+#    slow reader's full queue skipped, and what it gets once it reads.
+#
 # Settings (environment): BENCH_STREAMS (10000), BENCH_HOLD_SECONDS (45), BENCH_OPEN_CONCURRENCY
-# (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 to run one half only, BENCH_ALLOW_STALE_RUNS=1 to
+# (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 / BENCH_SKIP_WS=1 / BENCH_SKIP_SLOW=1 to skip a
+# part, BENCH_ALLOW_STALE_RUNS=1 to
 # measure the last switchboard-runs binary built when the tree does not build, BENCH_RUNS_WRAPPER
 # (a command the runs service is started under, e.g. `heaptrack -o /tmp/runs`; the RSS figures are
 # then those of the wrapper, not of the service).
@@ -40,7 +45,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 "$ROOT/scripts/infra.sh"
 log "building switchboard-runs and switchboard-bench (release)"
 cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --bin sse-idle \
-  --bin sse-bare --bin ws-idle
+  --bin sse-bare --bin ws-idle --bin sse-slow
 # js-publish-loop only deletes the prefix's streams at exit; an older binary does that as well.
 cargo build --release --locked --quiet -p switchboard-bench --bin js-publish-loop 2>/dev/null ||
   log "js-publish-loop does not build; the last binary built (if any) deletes the streams"
@@ -214,6 +219,27 @@ if [ "${BENCH_SKIP_WS:-0}" != 1 ]; then
   kill -TERM "$BARE_PID" 2>/dev/null || true
   wait "$BARE_PID" 2>/dev/null || true
   BARE_PID=""
+fi
+
+# ---------------------------------------------------------------- 4. a slow client among fast ones
+# A fresh runs instance; two passes of one run each, BENCH_SLOW_STREAMS (1,000) fast SSE clients,
+# the second with one client that reads nothing (sse-slow).
+if [ "${BENCH_SKIP_SLOW:-0}" != 1 ]; then
+  stop_runs
+  start_runs runs-slow
+  log "sse-slow: ${BENCH_SLOW_STREAMS:-1000} fast streams, alone and beside one that reads nothing"
+  # shellcheck disable=SC2046
+  timeout 900 "$BIN/sse-slow" $(common_args) --streams "${BENCH_SLOW_STREAMS:-1000}" --slow 1 \
+    >"$OUT/slow.json" 2>"$OUT/slow.err" || { log "sse-slow failed:"; cat "$OUT/slow.err" >&2; exit 1; }
+  # Enough bytes (2,000 events of 4 KiB, 8 MiB) to fill what the kernel buffers for a client that
+  # reads nothing, so its reader's queue overflows; fewer fast clients to keep the bytes written
+  # within this machine.
+  log "sse-slow (big): 100 fast streams of 8 MiB each, alone and beside one that reads nothing"
+  # shellcheck disable=SC2046
+  timeout 900 "$BIN/sse-slow" $(common_args) --streams 100 --slow 1 --events 2000 --rate 100 \
+    --delta-bytes 4096 \
+    >"$OUT/slow-big.json" 2>"$OUT/slow-big.err" || { log "sse-slow (big) failed:"; cat "$OUT/slow-big.err" >&2; exit 1; }
+  stop_runs
 fi
 
 # ---------------------------------------------------------------- report

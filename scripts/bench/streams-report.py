@@ -124,3 +124,26 @@ if ws:
               f"{ws_bare['kib_per_socket']} KiB |")
     if ws["first_error"]:
         print(f"| first error | {ws['first_error']} |")
+
+for slow in (load("slow"), load("slow-big")):
+    if not slow:
+        continue
+    a, w = slow["alone"], slow["with_slow"]
+    print()
+    print(f"A slow client: {slow['streams']:,} fast SSE clients of one run ({slow['events']} events of "
+          f"~{slow['delta_bytes']} bytes at {slow['rate']:.0f}/s), alone and beside {slow['slow']} client "
+          f"that reads nothing (receive buffer 4 KiB) until the run has ended:")
+    print()
+    print("| measure | alone | beside a slow client |")
+    print("|---|---:|---:|")
+    for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("max_ms", "max")):
+        print(f"| fast clients, publish to receipt, {name} (ms) | {ms(a['fast']['latency'], key)} | "
+              f"{ms(w['fast']['latency'], key)} |")
+    print(f"| fast clients ended / incomplete | {a['fast']['ended']} / {a['fast']['incomplete']} | "
+          f"{w['fast']['ended']} / {w['fast']['incomplete']} |")
+    print(f"| live events skipped by full reader queues | {a['skipped_live_events']} | "
+          f"{w['skipped_live_events']} |")
+    for s_ in w["slow"]:
+        print(f"| the slow client, once it reads: events, last id, in order, ended | | {s_['events']}, "
+              f"{s_['last_id']}, {s_['in_order']}, {s_['ended']} ({s_['bytes']:,} bytes) |")
+    print(f"| p99 beside / alone | | {slow['p99_with_slow_over_alone']} |")

@@ -38,6 +38,7 @@ mod run_contract;
 mod runs_retention;
 mod security;
 mod server_upload;
+mod slow_reader;
 mod stream_reconnect;
 mod streams;
 mod thread_erase;

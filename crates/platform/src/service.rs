@@ -85,6 +85,30 @@ pub async fn bind(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {addr}"))
 }
 
+/// Binds `addr` like [`bind`], with every accepted connection's kernel send buffer fixed at
+/// `send_buffer` bytes (the kernel doubles it) instead of growing up to 4 MiB: what a client that
+/// stops reading a stream can pin in the kernel is bounded by it. Accepted sockets inherit the
+/// listening socket's buffer size.
+pub async fn bind_with_send_buffer(
+    addr: std::net::SocketAddr,
+    send_buffer: u32,
+) -> anyhow::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .with_context(|| format!("cannot open a socket for {addr}"))?;
+    socket.set_reuseaddr(true)?;
+    socket.set_send_buffer_size(send_buffer)?;
+    socket
+        .bind(addr)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    socket
+        .listen(1024)
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
 /// The port a listener is bound to.
 pub fn port(listener: &TcpListener) -> u16 {
     listener.local_addr().map(|a| a.port()).unwrap_or_default()

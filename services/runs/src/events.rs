@@ -242,17 +242,30 @@ impl EventHub {
             return;
         };
         if let Some(senders) = readers.get_mut(&event.task_id) {
-            // A full or closed channel drops the event for that reader only: it refills from
-            // the log when it notices the gap. A slow client never holds the others back, and
-            // what it holds is bounded by its buffer (it catches up from the log, compacted).
-            senders.retain(|_, tx| !tx.is_closed());
+            // A reader whose queue is full ([`LIVE_BUFFER`] events its client has not taken)
+            // leaves the live feed: its channel is dropped here, and once its client has taken
+            // what the queue holds it reads the rest from the log (compacted) and joins again.
+            // A slow client never holds the others back, and what it holds is bounded by its
+            // queue. A closed channel is a reader that left.
             let task_id = event.task_id;
             let shared = SharedEvent::new(event);
-            for tx in senders.values() {
-                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(shared.clone()) {
+            senders.retain(|number, tx| match tx.try_send(shared.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
                     metrics::counter!("switchboard_stream_live_events_skipped_total").increment(1);
+                    metrics::counter!("switchboard_stream_readers_detached_total", "reason" => "queue_full")
+                        .increment(1);
+                    tracing::info!(
+                        task_id = %task_id,
+                        reader = number,
+                        queue = LIVE_BUFFER,
+                        "a slow reader leaves the live feed: its queue is full; it catches up \
+                         from the log once its client reads"
+                    );
+                    false
                 }
-            }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
             if senders.is_empty() {
                 readers.remove(&task_id);
             }
@@ -629,7 +642,14 @@ impl Follow {
                     Some(event) if event.seq > self.last + 1 => self.read_log = true, // a gap
                     Some(event) if event.event.is_terminal() => return None, // reader was ahead
                     Some(_) => {} // older: handed out already
-                    None => return None,
+                    // Left the live feed for a full queue (the hub drops only such channels):
+                    // join it again, then read what was missed from the log.
+                    None => {
+                        let (hub, task_id) =
+                            (self.registration.hub.clone(), self.registration.task_id);
+                        self.registration = hub.register(task_id);
+                        self.read_log = true;
+                    }
                 },
                 () = tokio::time::sleep(self.recheck) => self.read_log = true,
                 Ok(()) = self.reconnections.changed() => self.read_log = true,

@@ -139,6 +139,13 @@ impl std::ops::Deref for AppState {
     }
 }
 
+/// The kernel send buffer of each client connection (doubled by the kernel: 128 KiB), instead of
+/// one that grows to 4 MiB: a client that stops reading its event stream pins at most that in the
+/// kernel, and its reader then leaves the live feed after [`events`]' queue of 64 events and
+/// catches up from the log once the client reads. Enough for a stream's events at any round trip
+/// a browser sees (128 KiB per 100 ms is 1.3 MB/s).
+const SEND_BUFFER_BYTES: u32 = 64 * 1024;
+
 /// What [`AppState`] shares.
 pub(crate) struct SharedState {
     pub(crate) auth: Arc<Authenticator>,
@@ -290,7 +297,8 @@ impl platform::service::Service for Application {
             "nats",
             platform::nats::probe(js),
         )]));
-        let listener = platform::service::bind(config.addr).await?;
+        let listener =
+            platform::service::bind_with_send_buffer(config.addr, SEND_BUFFER_BYTES).await?;
         Ok(Self {
             listener,
             router,
