@@ -27,6 +27,7 @@ mod jetstream;
 mod metrics;
 mod migrations;
 mod openai_backend;
+mod openapi;
 mod owner_budget;
 mod owner_rate;
 mod partition;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -120,26 +121,69 @@ impl IntoResponse for ErrorResponse {
 /// One readiness check: a dependency's name and a probe that says whether it is reachable.
 pub type Probe = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// The paths [`health_routes`] serves, each to `GET`: `/metrics`, `/healthz`, `/readyz`.
+pub const HEALTH_PATHS: [&str; 3] = ["/metrics", "/healthz", "/readyz"];
+
 /// `/healthz` (the process is alive), `/readyz` (every probe passes) and `/metrics`
 /// (Prometheus), unauthenticated: for the kubelet and the scraper on the service's own port;
 /// the gateway and the Ingress route none of them.
 pub fn health_routes(probes: Vec<(&'static str, Probe)>) -> Router {
     let probes = Arc::new(probes);
     crate::metrics::handle();
+    let [metrics, healthz, readyz] = HEALTH_PATHS;
     Router::new()
-        .route("/metrics", get(crate::metrics::render))
-        .route(
-            "/healthz",
-            get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
-        )
-        .route(
-            "/readyz",
-            get(move || {
-                let probes = Arc::clone(&probes);
-                async move { readiness(&probes).await }
-            }),
-        )
+        .route(metrics, get(metrics_text))
+        .route(healthz, get(alive))
+        .route(readyz, get(ready).with_state(probes))
 }
+
+/// The body of `/healthz`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Alive {
+    /// Always `ok`.
+    pub status: String,
+}
+
+/// The body of `/readyz`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// `ready` when every probe passed, else `not_ready`.
+    pub status: String,
+    /// Each dependency's outcome: `ok`, `unreachable` or `timeout`.
+    pub checks: std::collections::BTreeMap<String, String>,
+}
+
+/// The process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
+    responses((status = 200, description = "The process is alive.", body = Alive)))]
+async fn alive() -> axum::Json<Alive> {
+    axum::Json(Alive {
+        status: "ok".to_owned(),
+    })
+}
+
+/// The service's metrics in the Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "health", security(()),
+    responses((status = 200, description = "Prometheus text exposition.", content_type = "text/plain", body = String)))]
+async fn metrics_text() -> Response {
+    crate::metrics::render().await
+}
+
+/// Whether every dependency (database, NATS, S3, as the service has them) is reachable; used
+/// as the kubelet's readiness probe.
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses(
+        (status = 200, description = "Every dependency is reachable.", body = Readiness),
+        (status = 503, description = "A dependency is unreachable; `checks` names it.", body = Readiness),
+    ))]
+async fn ready(State(probes): State<Arc<Vec<(&'static str, Probe)>>>) -> Response {
+    readiness(&probes).await
+}
+
+/// The OpenAPI paths of [`health_routes`], merged into every service's document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(alive, metrics_text, ready))]
+pub struct HealthApi;
 
 async fn readiness(probes: &[(&'static str, Probe)]) -> Response {
     let mut checks = serde_json::Map::new();

@@ -17,6 +17,7 @@ pub mod limit;
 pub mod metrics;
 pub mod nats;
 pub mod nats_auth;
+pub mod openapi;
 pub mod owner_set;
 pub mod rpc;
 pub mod s3;

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// Stable, machine-readable error codes. The HTTP status is chosen by the service; the code
 /// says what kind of problem it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request body or a parameter broke a rule (400/422).
@@ -36,14 +36,14 @@ pub enum ErrorCode {
 }
 
 /// The body of every error answer: `{"error": {"code", "message", "field"?}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorEnvelope {
     /// The error itself.
     pub error: ErrorBody,
 }
 
 /// What went wrong, safe to show to the caller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// Machine-readable kind of error.
     pub code: ErrorCode,

@@ -366,7 +366,7 @@ pub struct GeneratedAttachments {
 }
 
 /// A file an agent made, as the file-attachments seed shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[ts(export_to = "GeneratedFile.ts", optional_fields)]
 pub struct GeneratedFile {

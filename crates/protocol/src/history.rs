@@ -8,7 +8,7 @@ use crate::metadata::AgentChatMessageMetadata;
 use crate::run_input::ToolCall;
 
 /// The only scope a day snapshot has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum HistoryScope {
     /// `"history_day"`.
     #[serde(rename = "history_day")]
@@ -16,7 +16,7 @@ pub enum HistoryScope {
 }
 
 /// The answer of `GET /api/v1/agent/history`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HistorySnapshotResponse {
     /// Always `history_day`.
@@ -38,7 +38,7 @@ pub struct HistorySnapshotResponse {
 }
 
 /// One message of a day snapshot, tagged by `role`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum HistoryMessage {
     /// A user message.
@@ -50,7 +50,7 @@ pub enum HistoryMessage {
 }
 
 /// `role = "user"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HistoryUserMessage {
     /// Message id.
     pub id: String,
@@ -65,7 +65,7 @@ pub struct HistoryUserMessage {
 }
 
 /// `role = "assistant"` or `role = "tool"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryAgentMessage {
     /// Message id.
@@ -83,7 +83,7 @@ pub struct HistoryAgentMessage {
 /// The answer of `GET /api/v1/agent/history/blocks`: the same day as
 /// [`HistorySnapshotResponse`], each message in the block form of
 /// `agent-chat-messages-protocol.md` (content blocks, `binary` urls re-signed, metadata).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockHistoryResponse {
     /// Always `history_day`.
@@ -106,7 +106,7 @@ pub struct BlockHistoryResponse {
 
 /// `GET /api/v1/agent/history/bodies`: the same day with every message as a
 /// [`MessageBody`](crate::message_body::MessageBody) (`message-body-structure-proposal.md`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BodyHistoryResponse {
     /// Always `history_day`.
@@ -128,7 +128,7 @@ pub struct BodyHistoryResponse {
 }
 
 /// One message as a `MessageBody`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BodyMessage {
     /// Message id.
@@ -137,7 +137,8 @@ pub struct BodyMessage {
     pub seq: i64,
     /// `user`, `assistant` or `tool`.
     pub role: String,
-    /// The message's parts.
+    /// The message's parts: `{"parts": [...]}` (message-body-schema.md).
+    #[schema(value_type = Object)]
     pub body: crate::message_body::MessageBody,
     /// The stored metadata.
     pub metadata: AgentChatMessageMetadata,
@@ -146,7 +147,7 @@ pub struct BodyMessage {
 }
 
 /// One message in block form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockMessage {
     /// Message id.
@@ -176,7 +177,7 @@ pub struct BlockMessage {
 
 /// The answer of `GET /v2/history`: one day of a chat session in the form of
 /// `file-attachments.md` (snake_case, text and `attachment` blocks, assistant `attachments`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SessionHistoryResponse {
     /// Always `history_day`.
     pub scope: HistoryScope,
@@ -197,7 +198,7 @@ pub struct SessionHistoryResponse {
 }
 
 /// One message of a chat session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SessionMessage {
     /// Message id.
     pub id: String,

@@ -61,7 +61,7 @@ pub const STAGE_TOOL_EXECUTION: &str = "tool_execution";
 /// Reading never fails on a JSON object: a known key whose value does not have the key's type
 /// (an old row, or a future one) is kept in `extra` as it was, so a row reads and writes back
 /// unchanged whatever it holds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, TS, utoipa::ToSchema)]
 #[ts(export_to = "AgentChatMessageMetadata.ts", optional_fields)]
 pub struct AgentChatMessageMetadata {
     /// Unique run identifier: the run that wrote the message.
@@ -196,7 +196,7 @@ fn take<T: DeserializeOwned>(fields: &mut Map<String, Value>, key: &str) -> Opti
 }
 
 /// A tool call as `metadata.tool_calls` keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export_to = "StoredToolCall.ts")]
 pub struct StoredToolCall {
     /// The call's id.
@@ -225,7 +225,7 @@ impl StoredToolCall {
 }
 
 /// Where a message copied into a fork comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[ts(export_to = "ForkedFrom.ts")]
 pub struct ForkedFrom {
@@ -234,7 +234,7 @@ pub struct ForkedFrom {
 }
 
 /// Storage location of a user message's attachment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export_to = "UserMessageAttachments.ts")]
 pub struct UserMessageAttachments {
     /// Storage bucket name.
@@ -247,7 +247,7 @@ pub struct UserMessageAttachments {
 
 /// A file of a user message as admission resolved it: where it is plus what the file-attachments
 /// history shape shows (name, size). Kept in `metadata.user_message_attachment_list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[ts(export_to = "AttachedFile.ts", optional_fields)]
 pub struct AttachedFile {
     /// Storage bucket name.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// The body of `POST /api/v1/agent/runs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
     /// Conversation id; a UUID on `/api/v1/agent/runs`.
@@ -101,7 +101,7 @@ impl ContentBlock {
 }
 
 /// One message of the conversation, tagged by `role`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     /// `role: "user"`.
@@ -147,7 +147,7 @@ impl Message {
 }
 
 /// A user message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UserMessage {
     /// Message id.
@@ -166,7 +166,7 @@ pub struct UserMessage {
 }
 
 /// User content: a string or a list of blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum UserContent {
     /// Plain text.
@@ -193,7 +193,7 @@ impl UserContent {
 }
 
 /// One block of user content, tagged by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ContentBlock {
     /// `type: "text"`.
@@ -209,7 +209,7 @@ pub enum ContentBlock {
 }
 
 /// A text block.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TextBlock {
     /// The text.
     pub text: String,
@@ -219,7 +219,7 @@ pub struct TextBlock {
 }
 
 /// The seed's `binary` block.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BinaryBlock {
     /// MIME type; must be `image/*` (absent is refused by validation with the seed's message,
@@ -261,7 +261,7 @@ impl BinaryBlock {
 }
 
 /// AG-UI 1.0 `image` / `document` / `audio` part with a `source`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SourcePart {
     /// Where the bytes are: `{"type": "url", "value": ..., "mimeType"?}` or inline data.
     pub source: Value,
@@ -271,7 +271,7 @@ pub struct SourcePart {
 }
 
 /// An assistant message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
     /// Message id.
@@ -294,7 +294,7 @@ pub struct AssistantMessage {
 }
 
 /// A tool call inside an assistant message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     /// Tool call id.
@@ -313,7 +313,7 @@ pub struct ToolCall {
 }
 
 /// Function name and JSON-encoded arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FunctionCall {
     /// Function name.
     pub name: String,
@@ -322,7 +322,7 @@ pub struct FunctionCall {
 }
 
 /// A system or developer message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TextMessage {
     /// Message id.
@@ -341,7 +341,7 @@ pub struct TextMessage {
 }
 
 /// A tool result message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolMessage {
     /// Message id.
@@ -362,7 +362,7 @@ pub struct ToolMessage {
 }
 
 /// A reasoning or activity message: an id plus whatever the client sent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OtherMessage {
     /// Message id.
     pub id: String,
@@ -372,7 +372,7 @@ pub struct OtherMessage {
 }
 
 /// A client tool the agent may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Tool {
     /// Tool name.
     pub name: String,
@@ -386,7 +386,7 @@ pub struct Tool {
 }
 
 /// A piece of context for the agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Context {
     /// What this context is.
     pub description: String,
@@ -398,7 +398,7 @@ pub struct Context {
 }
 
 /// The 202 answer of `POST /api/v1/agent/runs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskAcceptedResponse {
     /// Server-assigned task id (UUIDv7).
@@ -412,7 +412,7 @@ pub struct TaskAcceptedResponse {
 }
 
 /// The answer of `GET /api/v1/agent/runs/{runId}` and of its cancel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStatusResponse {
     /// Server-assigned task id.

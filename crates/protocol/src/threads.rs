@@ -93,7 +93,7 @@ pub fn parse_title(raw: &str) -> Result<String, TitleError> {
 }
 
 /// A thread as `GET /api/v1/agent/threads` lists it (and the rename answers it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadSummary {
     /// The thread.

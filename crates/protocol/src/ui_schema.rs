@@ -47,7 +47,7 @@ pub struct UiHintsEvent {
 }
 
 /// How an agent would like a message shown.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[ts(export_to = "UiHints.ts")]
 pub struct UiHints {
@@ -87,7 +87,7 @@ pub struct UiHints {
 }
 
 /// A label/value pair.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[ts(export_to = "UiField.ts")]
 pub struct UiField {
@@ -98,7 +98,7 @@ pub struct UiField {
 }
 
 /// A link.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[ts(export_to = "UiLink.ts")]
 pub struct UiLink {
@@ -109,7 +109,7 @@ pub struct UiLink {
 }
 
 /// `UiSchemaRenderer.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[ts(export_to = "UiStatus.ts")]
 pub enum UiStatus {
@@ -138,7 +138,7 @@ impl UiStatus {
 }
 
 /// `UiSchemaRenderer.theme`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[ts(export_to = "UiTheme.ts")]
 pub enum UiTheme {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Tokens one model used in a run (AG-UI `TokenUsage`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenUsage {
     /// Who served the model (`openai` for the OpenAI-compatible backend, or what a remote agent
@@ -54,7 +54,7 @@ impl TokenUsage {
 }
 
 /// Where a run's time went, in milliseconds from its acceptance (what its user waited).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunTimings {
     /// Until a worker started it.

@@ -13,6 +13,7 @@ mod intake;
 pub mod limits;
 mod link;
 mod lookup;
+mod openapi;
 pub mod policy;
 pub mod quota;
 mod resolve;
@@ -270,6 +271,12 @@ impl FromRef<AppState> for form::PartHeaderLimit {
 struct Sweeper {
     verifier: Arc<verify::Verifier>,
     every: Duration,
+}
+
+/// Every `(method, path)` the service serves: the table its router is built from, with the
+/// health routes. The system tests compare it with the service's `/openapi.json`.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    platform::openapi::served(&routes::endpoints())
 }
 
 /// The built service, bound and ready to run.

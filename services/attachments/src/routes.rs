@@ -4,19 +4,23 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
-use protocol::ErrorCode;
+use platform::openapi::{Endpoint, Verb};
 use protocol::file_types;
 use protocol::files::parse_file_url;
+use protocol::{ErrorCode, ErrorEnvelope};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::AppState;
 use crate::download::LinkError;
 use crate::file_name::{MAX_FILE_NAME_CHARS, base_name};
 use crate::form::{BoundedForm, FramingTooLong};
+use crate::openapi::{
+    DownloadUrl, ServerUpload, ServerUploadForm, UploadUrl, UploadUrlRequest, Workspace,
+    WorkspaceFile,
+};
 use crate::quota::QuotaError;
 use crate::server_upload::UploadError;
 use crate::store::{self, FileStatus};
@@ -29,19 +33,24 @@ const MAX_FORM_BYTES: usize = 100 * 1024 * 1024 + 64 * 1024;
 /// Longest session id accepted, in characters.
 const MAX_SESSION_ID_CHARS: usize = 128;
 
+/// Every route of the service: the router is built from this table, and the system tests
+/// compare it with the OpenAPI document the service serves ([`crate::openapi`]).
+pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
+    vec![
+        Endpoint::new(Verb::Post, "/v2/files/upload-url", upload_url),
+        Endpoint::new(Verb::Get, "/v2/files/download-url", download_url),
+        // `GET` answers HEAD too (same headers, no body).
+        Endpoint::new(Verb::Get, "/v2/files/content/{fileId}", content),
+        Endpoint::new(Verb::Delete, "/v2/files/delete", delete_file),
+        Endpoint::new(Verb::Get, "/v2/files", workspace),
+        Endpoint::new(Verb::Post, "/api/v1/agent/attachments", server_upload)
+            .map(|handler| handler.layer(DefaultBodyLimit::max(MAX_FORM_BYTES))),
+        Endpoint::new(Verb::Get, "/openapi.json", crate::openapi::serve),
+    ]
+}
+
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v2/files/upload-url", post(upload_url))
-        .route("/v2/files/download-url", get(download_url))
-        // `get` answers HEAD too (same headers, no body).
-        .route("/v2/files/content/{file_id}", get(content))
-        .route("/v2/files/delete", delete(delete_file))
-        .route("/v2/files", get(workspace))
-        .route(
-            "/api/v1/agent/attachments",
-            post(server_upload).layer(DefaultBodyLimit::max(MAX_FORM_BYTES)),
-        )
-        .with_state(state)
+    platform::openapi::router(endpoints()).with_state(state)
 }
 
 /// Errors of the attachments API; each variant's doc names its status. Its message is the one
@@ -279,11 +288,26 @@ fn content_url(bucket: &str, key: &str) -> String {
 
 /// `POST /v2/files/upload-url`: a presigned POST form for a new file, or the caller's existing
 /// verified file with the same content (`is_duplicate`); see [`crate::upload_url`].
-async fn upload_url(
+#[utoipa::path(
+    post,
+    path = "/v2/files/upload-url",
+    tag = "files",
+    request_body(content = UploadUrlRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "A presigned POST form for the file, or the caller's verified file with the same content (`is_duplicate`, no upload needed).", body = UploadUrl),
+        (status = 400, description = "The body or one of its fields breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 403, description = "The caller's storage is full (`quota_exceeded`).", body = ErrorEnvelope),
+        (status = 409, description = "A file with this `content_hash` but another size or type is being uploaded, or the same content is being verified (`conflict`).", body = ErrorEnvelope),
+        (status = 429, description = "Uploads too fast (with `Retry-After`), or too many unfinished (`rate_limited`).", body = ErrorEnvelope),
+        (status = 503, description = "A per-owner rate cannot be checked (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn upload_url(
     State(state): State<AppState>,
     owner: Owner,
     body: axum::body::Bytes,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<UploadUrl>, ApiError> {
     let request = parse_upload_request(&body)?;
     let owner = owner.as_str();
     state
@@ -292,26 +316,26 @@ async fn upload_url(
         .await
         .map_err(ApiError::Unavailable)??;
     let answer = match crate::upload_url::upload_url(&state, owner, &request).await? {
-        UploadAnswer::Duplicate { bucket, key } => json!({
-            "url": null,
-            "fields": null,
-            "content_url": content_url(&bucket, &key),
-            "is_duplicate": true,
-            "upload_required": false,
-        }),
-        UploadAnswer::Upload { form, bucket, key } => json!({
-            "url": form.url,
-            "fields": Value::Object(form.fields),
-            "content_url": content_url(&bucket, &key),
-            "is_duplicate": false,
-            "upload_required": true,
-        }),
+        UploadAnswer::Duplicate { bucket, key } => UploadUrl {
+            url: None,
+            fields: None,
+            content_url: content_url(&bucket, &key),
+            is_duplicate: true,
+            upload_required: false,
+        },
+        UploadAnswer::Upload { form, bucket, key } => UploadUrl {
+            url: Some(form.url),
+            fields: Some(form.fields),
+            content_url: content_url(&bucket, &key),
+            is_duplicate: false,
+            upload_required: true,
+        },
     };
     Ok(axum::Json(answer))
 }
 
 #[derive(Debug, Deserialize)]
-struct ContentUrlQuery {
+pub(crate) struct ContentUrlQuery {
     content_url: Option<String>,
 }
 
@@ -328,11 +352,26 @@ async fn owned_file(
 
 /// `GET /v2/files/download-url?content_url=...`: a freshly signed, short-lived download link.
 /// Rate-limited per owner; a pending file is verified first, once however many ask at once.
-async fn download_url(
+#[utoipa::path(
+    get,
+    path = "/v2/files/download-url",
+    tag = "files",
+    params(("content_url" = Option<String>, Query, description = "The file: `s3://bucket/key`, or any URL form of it this platform issued.")),
+    responses(
+        (status = 200, description = "A freshly signed, short-lived download link.", body = DownloadUrl),
+        (status = 400, description = "`content_url` is missing or not a file URL (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such verified file (`not_found`).", body = ErrorEnvelope),
+        (status = 409, description = "The file is still being verified; retry after `Retry-After` (`conflict`).", body = ErrorEnvelope),
+        (status = 429, description = "Downloads too fast (`rate_limited`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+        (status = 503, description = "A per-owner rate cannot be checked (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn download_url(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<DownloadUrl>, ApiError> {
     state
         .rates
         .download(owner.as_str())
@@ -354,19 +393,31 @@ async fn download_url(
         return Err(ApiError::FileNotFound);
     }
     let url = crate::download::sign(&state.signer, &file, state.download_ttl)?;
-    Ok(axum::Json(json!({
-        "url": url,
-        "expires_in": state.download_ttl.as_secs(),
-        "content_type": file.content_type,
-        "file_name": file.file_name,
-        "file_size": file.size_bytes,
-    })))
+    Ok(axum::Json(DownloadUrl {
+        url,
+        expires_in: state.download_ttl.as_secs(),
+        content_type: file.content_type,
+        file_name: file.file_name,
+        file_size: file.size_bytes,
+    }))
 }
 
 /// `GET /v2/files/content/{fileId}?expires=&signature=`: the bytes behind a download link, with
 /// the headers of [`crate::download`]. The link is the credential (no bearer token): 403 for a
 /// bad, missing or expired signature, 404 for a file that is not (or no longer) verified.
-async fn content(
+#[utoipa::path(
+    get,
+    path = "/v2/files/content/{fileId}",
+    tag = "files",
+    security(()),
+    params(("fileId" = String, Path, description = "The file's id, from the link."), ("expires" = Option<u64>, Query, description = "When the link expires (Unix seconds)."), ("signature" = Option<String>, Query, description = "The link's signature.")),
+    responses(
+        (status = 200, description = "The file's bytes, with its content type and a `Content-Disposition`; `Range` requests are answered 206.", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 403, description = "The signature is missing or bad, or the link expired (`unauthorized`); `field` names `signature` or `expires`.", body = ErrorEnvelope),
+        (status = 404, description = "The file is not (or no longer) verified (`not_found`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn content(
     State(state): State<AppState>,
     Path(file_id): Path<String>,
     RawQuery(query): RawQuery,
@@ -383,7 +434,18 @@ async fn content(
 
 /// `DELETE /v2/files/delete?content_url=...`: removes the caller's file and its object.
 /// Idempotent: a file that is not there (any more, or not the caller's) answers 204 as well.
-async fn delete_file(
+#[utoipa::path(
+    delete,
+    path = "/v2/files/delete",
+    tag = "files",
+    params(("content_url" = Option<String>, Query, description = "The file: `s3://bucket/key`, or any URL form of it this platform issued.")),
+    responses(
+        (status = 204, description = "The file is gone (or was never the caller's): idempotent."),
+        (status = 400, description = "`content_url` is missing or not a file URL (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn delete_file(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<ContentUrlQuery>,
@@ -408,7 +470,7 @@ async fn delete_file(
 
 #[cfg(test)]
 mod tests {
-    use protocol::ErrorEnvelope;
+    use serde_json::json;
 
     use super::*;
 
@@ -583,11 +645,27 @@ mod tests {
 /// `POST /api/v1/agent/attachments` (multipart: `file`, optional `file_type`, `session_id`):
 /// the file is streamed to S3 while hashed and checked (see [`crate::server_upload`]); answers
 /// `{bucket, path, mime_type, url}`.
-async fn server_upload(
+#[utoipa::path(
+    post,
+    path = "/api/v1/agent/attachments",
+    tag = "files",
+    request_body(content = ServerUploadForm, content_type = "multipart/form-data"),
+    responses(
+        (status = 200, description = "The file, stored and verified, with a signed download URL.", body = ServerUpload),
+        (status = 400, description = "A form field breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 403, description = "The caller's storage is full (`quota_exceeded`).", body = ErrorEnvelope),
+        (status = 409, description = "The same content is being uploaded with a presigned form (`conflict`).", body = ErrorEnvelope),
+        (status = 413, description = "The file is over 100 MB, or a part's headers are over the limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 429, description = "Uploads too fast, or too many unfinished (`rate_limited`).", body = ErrorEnvelope),
+        (status = 503, description = "A per-owner rate cannot be checked (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn server_upload(
     State(state): State<AppState>,
     owner: Owner,
     form: BoundedForm,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<ServerUpload>, ApiError> {
     let owner = owner.as_str();
     state
         .rates
@@ -596,26 +674,37 @@ async fn server_upload(
         .map_err(ApiError::Unavailable)??;
     let file = crate::server_upload::upload(&state, owner, form, MAX_FILE_BYTES).await?;
     let url = crate::download::sign(&state.signer, &file, state.download_ttl)?;
-    Ok(axum::Json(json!({
-        "bucket": file.bucket,
-        "path": file.object_key,
-        "mime_type": file.content_type,
-        "url": url,
-    })))
+    Ok(axum::Json(ServerUpload {
+        bucket: file.bucket,
+        path: file.object_key,
+        mime_type: file.content_type,
+        url,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
-struct WorkspaceQuery {
+pub(crate) struct WorkspaceQuery {
     session_id: Option<String>,
 }
 
 /// `GET /v2/files?session_id=...`: the files of one of the caller's sessions, uploads and
 /// generated ones, oldest first.
-async fn workspace(
+#[utoipa::path(
+    get,
+    path = "/v2/files",
+    tag = "files",
+    params(("session_id" = String, Query, description = "The session (thread), 1 to 128 characters.")),
+    responses(
+        (status = 200, description = "The session's workspace: its files, oldest first.", body = Workspace),
+        (status = 400, description = "`session_id` is not 1 to 128 characters (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn workspace(
     State(state): State<AppState>,
     owner: Owner,
     Query(query): Query<WorkspaceQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<Workspace>, ApiError> {
     let session = query
         .session_id
         .filter(|s| !s.is_empty() && s.chars().count() <= MAX_SESSION_ID_CHARS)
@@ -626,22 +715,25 @@ async fn workspace(
             )
         })?;
     let rows = store::workspace(&state.pool, owner.as_str(), &session).await?;
-    let files: Vec<Value> = rows
+    let files = rows
         .into_iter()
         .map(|row| {
             let icon = file_types::allowed(&row.content_type).map_or("file", |t| t.icon);
-            json!({
-                "content_url": content_url(&row.bucket, &row.object_key),
-                "path": row.object_key,
-                "filename": row.file_name,
-                "icon_type": icon,
-                "source": row.source.as_str(),
-                "file_size": row.size_bytes,
-                "content_type": row.content_type,
-                "status": row.status.as_str(),
-                "created_at": row.created_at,
-            })
+            WorkspaceFile {
+                content_url: content_url(&row.bucket, &row.object_key),
+                path: row.object_key,
+                filename: row.file_name,
+                icon_type: icon.to_owned(),
+                source: row.source.as_str().to_owned(),
+                file_size: row.size_bytes,
+                content_type: row.content_type,
+                status: row.status.as_str().to_owned(),
+                created_at: row.created_at,
+            }
         })
         .collect();
-    Ok(axum::Json(json!({"session_id": session, "files": files})))
+    Ok(axum::Json(Workspace {
+        session_id: session,
+        files,
+    }))
 }

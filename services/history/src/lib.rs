@@ -8,6 +8,7 @@ mod erase;
 mod fork;
 mod ingest;
 mod lookup;
+mod openapi;
 mod progress;
 mod respond;
 mod retention;
@@ -98,6 +99,12 @@ impl FromRef<AppState> for Arc<Authenticator> {
     fn from_ref(state: &AppState) -> Self {
         Arc::clone(&state.auth)
     }
+}
+
+/// Every `(method, path)` the service serves: the table its router is built from, with the
+/// health routes. The system tests compare it with the service's `/openapi.json`.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    platform::openapi::served(&routes::endpoints())
 }
 
 /// The built service: HTTP listener, the two consumers and the NATS endpoints.

@@ -4,11 +4,10 @@ use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
-use protocol::ErrorCode;
+use platform::openapi::{Endpoint, Verb};
 use protocol::agents::StoredMessage;
 use protocol::file_types;
 use protocol::history::{
@@ -19,10 +18,12 @@ use protocol::history::{
 use protocol::metadata::{AgentChatMessageMetadata as Metadata, AttachedFile};
 use protocol::threads::ThreadSummary;
 use protocol::ui_schema::compile_stored;
+use protocol::{ErrorCode, ErrorEnvelope};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::openapi::{ThreadHit, ThreadList, ThreadSearch, Threads};
 use crate::search::{self, SearchQuery};
 use crate::store::{self, Role};
 
@@ -34,20 +35,27 @@ const DAY_PAGE_MESSAGES: i64 = 200;
 /// unless a page's one message is larger by itself.
 const DAY_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Every route of the service: the router is built from this table, and the system tests
+/// compare it with the OpenAPI document the service serves ([`crate::openapi`]).
+pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
+    vec![
+        Endpoint::new(Verb::Get, "/api/v1/agent/history", history),
+        Endpoint::new(Verb::Get, "/api/v1/agent/history/blocks", history_blocks),
+        Endpoint::new(Verb::Get, "/api/v1/agent/history/bodies", history_bodies),
+        Endpoint::new(Verb::Get, "/v2/history", session_history),
+        Endpoint::new(Verb::Get, "/api/v1/agent/threads", threads),
+        Endpoint::new(Verb::Get, "/api/v1/agent/usage", crate::usage::usage),
+        Endpoint::new(Verb::Get, "/openapi.json", crate::openapi::serve),
+    ]
+}
+
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/api/v1/agent/history", get(history))
-        .route("/api/v1/agent/history/blocks", get(history_blocks))
-        .route("/api/v1/agent/history/bodies", get(history_bodies))
-        .route("/v2/history", get(session_history))
-        .route("/api/v1/agent/threads", get(threads))
-        .route("/api/v1/agent/usage", get(crate::usage::usage))
-        .with_state(state)
+    platform::openapi::router(endpoints()).with_state(state)
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct HistoryQuery {
+pub(crate) struct HistoryQuery {
     thread_id: Option<String>,
     before: Option<String>,
     tz: Option<String>,
@@ -69,7 +77,7 @@ impl HistoryQuery {
 }
 
 #[derive(Debug, Deserialize)]
-struct SessionHistoryQuery {
+pub(crate) struct SessionHistoryQuery {
     session_id: Option<String>,
     before: Option<String>,
     tz: Option<String>,
@@ -157,7 +165,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
+pub(crate) type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
 fn query<T>(query: QueryResult<T>) -> Result<T, ApiError> {
     query
@@ -420,7 +428,19 @@ fn parse_limit(raw: Option<&str>, default: i64, max: i64) -> Result<i64, ApiErro
 
 /// `GET /api/v1/agent/history`: the latest day with messages (before `before`, if given), in the
 /// shape of `agent-run-input-protocol.md`; a page of it (`limit`, `cursor`, see [`select_day`]).
-async fn history(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/history",
+    tag = "history",
+    params(("threadId" = Option<String>, Query, description = "One thread (1 to 128 characters); all of the caller's by default."), ("before" = Option<String>, Query, description = "The latest day with messages before this date (`YYYY-MM-DD`); by default the latest day."), ("tz" = Option<String>, Query, description = "The IANA time zone the days are counted in; UTC by default."), ("limit" = Option<u32>, Query, description = "Most messages in the page, 1 to 200 (the default)."), ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page of the day.")),
+    responses(
+        (status = 200, description = "A page of the day, in the shape of agent-run-input-protocol.md.", body = HistorySnapshotResponse),
+        (status = 400, description = "A parameter breaks its rule (`invalid_request`); `field` names it (`threadId`, `before`, `tz`, `limit`, `cursor`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no thread with this id (`not_found`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn history(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
@@ -460,7 +480,19 @@ async fn history(
 
 /// `GET /api/v1/agent/history/blocks`: the same day, paged alike, in the block form of
 /// `agent-chat-messages-protocol.md`, every file of a user message as a re-signed `binary` block.
-async fn history_blocks(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/history/blocks",
+    tag = "history",
+    params(("threadId" = Option<String>, Query, description = "One thread (1 to 128 characters); all of the caller's by default."), ("before" = Option<String>, Query, description = "The latest day with messages before this date (`YYYY-MM-DD`); by default the latest day."), ("tz" = Option<String>, Query, description = "The IANA time zone the days are counted in; UTC by default."), ("limit" = Option<u32>, Query, description = "Most messages in the page, 1 to 200 (the default)."), ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page of the day.")),
+    responses(
+        (status = 200, description = "A page of the day in the block form of agent-chat-messages-protocol.md; a user's files as re-signed `binary` blocks.", body = BlockHistoryResponse),
+        (status = 400, description = "A parameter breaks its rule (`invalid_request`); `field` names it (`threadId`, `before`, `tz`, `limit`, `cursor`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no thread with this id (`not_found`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn history_blocks(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
@@ -486,7 +518,19 @@ async fn history_blocks(
 /// `GET /api/v1/agent/history/bodies`: the same day, paged alike, every message a
 /// `MessageBody`, so a client renders parts the same way whatever the transport; a user's files
 /// carry freshly signed URLs (`s3://` when they cannot be signed, e.g. deleted).
-async fn history_bodies(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/history/bodies",
+    tag = "history",
+    params(("threadId" = Option<String>, Query, description = "One thread (1 to 128 characters); all of the caller's by default."), ("before" = Option<String>, Query, description = "The latest day with messages before this date (`YYYY-MM-DD`); by default the latest day."), ("tz" = Option<String>, Query, description = "The IANA time zone the days are counted in; UTC by default."), ("limit" = Option<u32>, Query, description = "Most messages in the page, 1 to 200 (the default)."), ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page of the day.")),
+    responses(
+        (status = 200, description = "A page of the day, every message a `MessageBody`; a user's files with fresh signed URLs.", body = BodyHistoryResponse),
+        (status = 400, description = "A parameter breaks its rule (`invalid_request`); `field` names it (`threadId`, `before`, `tz`, `limit`, `cursor`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no thread with this id (`not_found`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn history_bodies(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<HistoryQuery>,
@@ -556,7 +600,19 @@ fn generated_files(metadata: &Metadata) -> Vec<(String, String, String)> {
 }
 
 /// `GET /v2/history?session_id=`: the same day, paged alike, in the form of `file-attachments.md`.
-async fn session_history(
+#[utoipa::path(
+    get,
+    path = "/v2/history",
+    tag = "history",
+    params(("session_id" = Option<String>, Query, description = "The session (thread), 1 to 128 characters."), ("before" = Option<String>, Query, description = "The latest day with messages before this date (`YYYY-MM-DD`); by default the latest day."), ("tz" = Option<String>, Query, description = "The IANA time zone the days are counted in; UTC by default."), ("limit" = Option<u32>, Query, description = "Most messages in the page, 1 to 200 (the default)."), ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page of the day.")),
+    responses(
+        (status = 200, description = "A page of the day in the form of file-attachments.md.", body = SessionHistoryResponse),
+        (status = 400, description = "A parameter breaks its rule (`invalid_request`); `field` names it (`threadId`, `before`, `tz`, `limit`, `cursor`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no thread with this id (`not_found`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn session_history(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<SessionHistoryQuery>,
@@ -715,7 +771,7 @@ fn to_session_message(row: store::MessageRow) -> SessionMessage {
 }
 
 #[derive(Debug, Deserialize)]
-struct ThreadsQuery {
+pub(crate) struct ThreadsQuery {
     cursor: Option<String>,
     limit: Option<String>,
     q: Option<String>,
@@ -741,14 +797,27 @@ pub(crate) fn summary(row: store::ThreadRow) -> ThreadSummary {
 
 /// `GET /api/v1/agent/threads?cursor=&limit=`: the caller's threads, most recent first, each
 /// with its title. With `q`, a search instead ([`search_threads`]).
-async fn threads(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/threads",
+    tag = "history",
+    params(("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page."), ("limit" = Option<u32>, Query, description = "Most threads in the page: 1 to 100 (20 by default)."), ("q" = Option<String>, Query, description = "Search the caller's messages instead of listing threads.")),
+    responses(
+        (status = 200, description = "The caller's threads, most recent first; with `q`, the threads with a matching message, best first.", body = Threads),
+        (status = 400, description = "A parameter breaks its rule (`invalid_request`); `field` names it (`limit`, `cursor`, `q`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn threads(
     State(state): State<AppState>,
     owner: Owner,
     params: QueryResult<ThreadsQuery>,
-) -> Result<axum::Json<serde_json::Value>, ApiError> {
+) -> Result<axum::Json<Threads>, ApiError> {
     let query = query(params)?;
     if let Some(q) = &query.q {
-        return search_threads(&state, &owner, q, &query).await;
+        return Ok(axum::Json(Threads::Search(
+            search_threads(&state, &owner, q, &query).await?,
+        )));
     }
     let limit = parse_limit(
         query.limit.as_deref(),
@@ -770,9 +839,10 @@ async fn threads(
         })
         .flatten();
     let threads: Vec<ThreadSummary> = rows.into_iter().map(summary).collect();
-    Ok(axum::Json(
-        serde_json::json!({"threads": threads, "nextCursor": next}),
-    ))
+    Ok(axum::Json(Threads::List(ThreadList {
+        threads,
+        next_cursor: next,
+    })))
 }
 
 /// `GET /api/v1/agent/threads?q=&limit=&cursor=`: the caller's threads with a message that
@@ -783,7 +853,7 @@ async fn search_threads(
     owner: &Owner,
     q: &str,
     query: &ThreadsQuery,
-) -> Result<axum::Json<serde_json::Value>, ApiError> {
+) -> Result<ThreadSearch, ApiError> {
     let search = SearchQuery::parse(q).map_err(ApiError::BadSearch)?;
     let limit = parse_limit(query.limit.as_deref(), DEFAULT_SEARCH_PAGE, MAX_SEARCH_PAGE)?;
     let offset = query
@@ -806,22 +876,21 @@ async fn search_threads(
     let more = hits.len() as i64 > limit && offset + limit < search::MAX_OFFSET;
     hits.truncate(usize::try_from(limit).unwrap_or_default());
     let next = more.then(|| encode_search_cursor(offset + limit, &search));
-    let threads: Vec<serde_json::Value> = hits
+    let threads = hits
         .into_iter()
-        .map(|hit| {
-            serde_json::json!({
-                "threadId": hit.thread_id,
-                "title": hit.title,
-                "updatedAt": timestamp(hit.updated_at),
-                "messageId": hit.message_id,
-                "day": hit.created_at.date_naive().format("%Y-%m-%d").to_string(),
-                "snippet": search::snippet(&hit.text, &search),
-            })
+        .map(|hit| ThreadHit {
+            snippet: search::snippet(&hit.text, &search),
+            thread_id: hit.thread_id,
+            title: hit.title,
+            updated_at: timestamp(hit.updated_at),
+            message_id: hit.message_id,
+            day: hit.created_at.date_naive().format("%Y-%m-%d").to_string(),
         })
         .collect();
-    Ok(axum::Json(
-        serde_json::json!({"threads": threads, "nextCursor": next}),
-    ))
+    Ok(ThreadSearch {
+        threads,
+        next_cursor: next,
+    })
 }
 
 /// An opaque search cursor: how many results the next page skips, for this query only.

@@ -14,11 +14,11 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Duration, NaiveDate, SecondsFormat, Utc};
 use platform::auth::Identity;
 use platform::http::ErrorResponse;
-use protocol::ErrorCode;
+use protocol::{ErrorCode, ErrorEnvelope};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::openapi::{UsageByModel, UsageGroupReport, UsageMillis, UsageReport, UsageTokens};
 use crate::store::{self, UsageGroup, UsageModel};
 
 /// The longest window.
@@ -194,11 +194,23 @@ fn request(
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/usage",
+    tag = "history",
+    params(("from" = Option<String>, Query, description = "Start of the window (RFC 3339 or `YYYY-MM-DD`); 30 days before `to` by default."), ("to" = Option<String>, Query, description = "End of the window (exclusive); now by default. At most 366 days after `from`."), ("groupBy" = Option<String>, Query, description = "`day` (default), `thread`, `agent`, or `owner` (with `owner=*`)."), ("owner" = Option<String>, Query, description = "Another owner's `sub`, or `*` for every owner (the `switchboard:admin` scope only).")),
+    responses(
+        (status = 200, description = "The caller's usage in the window, summed per group.", body = UsageReport),
+        (status = 400, description = "A parameter is malformed (`invalid_request`); `field` names it (`from`, `to`, `groupBy`, `owner`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 403, description = "Another owner's usage without the `switchboard:admin` scope (`forbidden`).", body = ErrorEnvelope),
+    ),
+)]
 pub(crate) async fn usage(
     State(state): State<AppState>,
     caller: Identity,
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<axum::Json<Value>, UsageError> {
+) -> Result<axum::Json<UsageReport>, UsageError> {
     let Query(query) = query.map_err(|err| bad("query", err.body_text()))?;
     let request = request(query, &caller, Utc::now())?;
     let owner = match &request.scope {
@@ -227,69 +239,66 @@ pub(crate) async fn usage(
         .pop();
     let models =
         store::usage_models(&state.pool, &window, request.group_by.as_str(), split).await?;
-    let groups: Vec<Value> = groups
+    let groups = groups
         .iter()
-        .map(|group| {
-            let mut value = group_json(group, &models);
-            if split {
-                value["owner"] = json!(group.owner);
-            }
-            value
-        })
+        .map(|group| group_report(group, &models, split))
         .collect();
     let time = |at: DateTime<Utc>| at.to_rfc3339_opts(SecondsFormat::Millis, true);
-    Ok(axum::Json(json!({
-        "owner": owner,
-        "from": time(request.from),
-        "to": time(request.to),
-        "groupBy": request.group_by.as_str(),
-        "total": total.as_ref().map_or_else(|| tokens_json(None), |t| tokens_json(Some(t))),
-        "groups": groups,
-        "truncated": truncated,
-    })))
+    Ok(axum::Json(UsageReport {
+        owner: owner.map(str::to_owned),
+        from: time(request.from),
+        to: time(request.to),
+        group_by: request.group_by.as_str().to_owned(),
+        total: tokens(total.as_ref()),
+        groups,
+        truncated,
+    }))
 }
 
 /// Runs and tokens of a group (or of the window: `None` when it has no runs).
-fn tokens_json(group: Option<&UsageGroup>) -> Value {
+fn tokens(group: Option<&UsageGroup>) -> UsageTokens {
     let n = |f: fn(&UsageGroup) -> i64| group.map_or(0, f);
-    json!({
-        "runs": n(|g| g.runs),
-        "inputTokens": n(|g| g.input_tokens),
-        "outputTokens": n(|g| g.output_tokens),
-        "totalTokens": n(|g| g.total_tokens),
-        "reasoningTokens": n(|g| g.reasoning_tokens),
-        "cachedInputTokens": n(|g| g.cached_input_tokens),
-    })
+    UsageTokens {
+        runs: n(|g| g.runs),
+        input_tokens: n(|g| g.input_tokens),
+        output_tokens: n(|g| g.output_tokens),
+        total_tokens: n(|g| g.total_tokens),
+        reasoning_tokens: n(|g| g.reasoning_tokens),
+        cached_input_tokens: n(|g| g.cached_input_tokens),
+    }
 }
 
-fn group_json(group: &UsageGroup, models: &[UsageModel]) -> Value {
-    let ms = |avg: Option<f64>, p50: Option<f64>, p95: Option<f64>| match avg {
-        None => Value::Null,
-        Some(avg) => {
-            json!({"avg": avg.round(), "p50": p50.map(f64::round), "p95": p95.map(f64::round)})
-        }
-    };
-    let mut value = tokens_json(Some(group));
-    value["key"] = json!(group.key);
-    value["timeToFirstTokenMs"] = ms(group.ttft_avg, group.ttft_p50, group.ttft_p95);
-    value["durationMs"] = ms(group.duration_avg, group.duration_p50, group.duration_p95);
-    value["models"] = models
-        .iter()
-        .filter(|m| m.key == group.key && m.owner == group.owner)
-        .map(|m| {
-            json!({
-                "provider": (!m.provider.is_empty()).then_some(&m.provider),
-                "model": (!m.model.is_empty()).then_some(&m.model),
-                "runs": m.runs,
-                "inputTokens": m.input_tokens,
-                "outputTokens": m.output_tokens,
-                "totalTokens": m.total_tokens,
-                "reasoningTokens": m.reasoning_tokens,
-                "cachedInputTokens": m.cached_input_tokens,
-            })
+/// A group of the answer: its key (and owner, when every owner's runs are apart), its tokens,
+/// its times and its tokens by model.
+fn group_report(group: &UsageGroup, models: &[UsageModel], split: bool) -> UsageGroupReport {
+    let ms = |avg: Option<f64>, p50: Option<f64>, p95: Option<f64>| {
+        avg.map(|avg| UsageMillis {
+            avg: avg.round(),
+            p50: p50.map(f64::round),
+            p95: p95.map(f64::round),
         })
-        .collect();
-    value
+    };
+    UsageGroupReport {
+        owner: split.then(|| group.owner.clone()),
+        key: group.key.clone(),
+        tokens: tokens(Some(group)),
+        time_to_first_token_ms: ms(group.ttft_avg, group.ttft_p50, group.ttft_p95),
+        duration_ms: ms(group.duration_avg, group.duration_p50, group.duration_p95),
+        models: models
+            .iter()
+            .filter(|m| m.key == group.key && m.owner == group.owner)
+            .map(|m| UsageByModel {
+                provider: (!m.provider.is_empty()).then(|| m.provider.clone()),
+                model: (!m.model.is_empty()).then(|| m.model.clone()),
+                runs: m.runs,
+                input_tokens: m.input_tokens,
+                output_tokens: m.output_tokens,
+                total_tokens: m.total_tokens,
+                reasoning_tokens: m.reasoning_tokens,
+                cached_input_tokens: m.cached_input_tokens,
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

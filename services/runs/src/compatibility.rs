@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 
 use crate::agents::AgentCatalog;
 use crate::limit::{Refusal, Throttle, Throttled};
+use crate::openapi::CompatibilityAnswer;
 
 /// The checks of one replica: the per-owner rate and the places on the blocking pool.
 pub(crate) struct CompatibilityChecks {
@@ -102,7 +103,7 @@ impl CompatibilityChecks {
         &self,
         agents: &AgentCatalog,
         body: bytes::Bytes,
-    ) -> Result<Value, CheckError> {
+    ) -> Result<CompatibilityAnswer, CheckError> {
         let place = Arc::clone(&self.places)
             .acquire_owned()
             .await
@@ -120,7 +121,7 @@ impl CompatibilityChecks {
 }
 
 /// Parses the request, resolves both sides and compares them within the work limit.
-fn judge(agents: &AgentCatalog, body: &[u8]) -> Result<Value, CheckError> {
+fn judge(agents: &AgentCatalog, body: &[u8]) -> Result<CompatibilityAnswer, CheckError> {
     let mut value: Value = serde_json::from_slice(body).map_err(|err| {
         CheckError::Invalid(Violation {
             kind: ViolationKind::Malformed,
@@ -134,8 +135,14 @@ fn judge(agents: &AgentCatalog, body: &[u8]) -> Result<Value, CheckError> {
     let answer = from.schema().compatible_within(to.schema(), &mut meter)?;
     tracing::debug!(work = meter.spent(), "schemas compared");
     Ok(match answer {
-        Ok(()) => serde_json::json!({"compatible": true, "incompatibilities": []}),
-        Err(reasons) => serde_json::json!({"compatible": false, "incompatibilities": reasons}),
+        Ok(()) => CompatibilityAnswer {
+            compatible: true,
+            incompatibilities: Vec::new(),
+        },
+        Err(reasons) => CompatibilityAnswer {
+            compatible: false,
+            incompatibilities: reasons,
+        },
     })
 }
 

@@ -8,6 +8,7 @@ mod budget;
 mod compatibility;
 mod events;
 mod limit;
+mod openapi;
 mod prompts;
 mod routes;
 mod start;
@@ -179,6 +180,12 @@ impl FromRef<AppState> for Arc<Authenticator> {
     fn from_ref(state: &AppState) -> Self {
         Arc::clone(&state.auth)
     }
+}
+
+/// Every `(method, path)` the service serves: the table its router is built from, with the
+/// health routes. The system tests compare it with the service's `/openapi.json`.
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    platform::openapi::served(&routes::endpoints())
 }
 
 /// The built service, bound to its port and ready to run.

@@ -8,15 +8,17 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use futures::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
+use platform::openapi::{Endpoint, Verb};
 use protocol::ErrorCode;
+use protocol::ErrorEnvelope;
 use protocol::TaskAcceptedResponse;
 use protocol::message_body::TooMuchWork;
 use protocol::run_input::RunAgentInput;
+use protocol::run_input::RunStatusResponse;
 use protocol::validate::{
     MAX_PAYLOAD_BYTES, Violation, ViolationKind, messages, parse_conversation_input,
     parse_run_input,
@@ -27,13 +29,11 @@ use crate::agents::ChooseError;
 use crate::compatibility::CheckError;
 use crate::events::{FollowError, Replay};
 use crate::limit::{Refusal, StreamPermit, Throttled};
+use crate::openapi::{AgentEntry, AgentList, CompatibilityAnswer};
 use crate::prompts::{PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
 use crate::status::status_response;
 use crate::thread::{Cursor, ThreadError};
-
-/// The OpenAPI 3.1 document of this service, served at `/openapi.json`.
-pub(crate) const OPENAPI: &str = include_str!("../openapi.json");
 
 /// How often an idle event stream sends a comment.
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -41,41 +41,50 @@ const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Longest run id accepted in a path.
 const MAX_PATH_ID_CHARS: usize = 128;
 
-pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/api/v1/agent/runs", post(create_run))
+/// Every route of the service: the router is built from this table, and the system tests
+/// compare it with the OpenAPI document the service serves ([`crate::openapi`]).
+pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
+    use crate::thread_admin::{erase_me, erase_thread, fork_thread, rename_thread, whoami};
+    vec![
+        Endpoint::new(Verb::Post, "/api/v1/agent/runs", create_run),
         // The chat-messages document's path for the same contract.
-        .route("/api/v1/agent/run", post(create_run))
-        .route("/api/v1/agent/runs/{run_id}", get(run_status))
-        .route("/api/v1/agent/runs/{run_id}/cancel", post(cancel_run))
-        .route("/api/v1/agent/runs/{run_id}/events", get(run_events))
-        .route(
-            "/api/v1/agent/threads/{thread_id}/events",
-            get(thread_events),
-        )
-        .route(
-            "/api/v1/agent/threads/{thread_id}",
-            axum::routing::patch(crate::thread_admin::rename_thread)
-                .delete(crate::thread_admin::erase_thread),
-        )
-        .route(
-            "/api/v1/agent/threads/{thread_id}/fork",
-            post(crate::thread_admin::fork_thread),
-        )
-        .route(
-            "/api/v1/agent/me",
-            get(crate::thread_admin::whoami).delete(crate::thread_admin::erase_me),
-        )
-        .route("/api/v1/agent/ag-ui", post(ag_ui_run))
-        .route("/v2/chat", post(chat))
-        .route("/api/v1/agents", get(list_agents))
-        .route("/api/v1/agents/compatibility", post(compatibility))
-        .route("/websocket", get(crate::ws::websocket))
-        .route(
-            "/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
-        )
-        .with_state(state)
+        Endpoint::new(Verb::Post, "/api/v1/agent/run", create_run_alias),
+        Endpoint::new(Verb::Get, "/api/v1/agent/runs/{runId}", run_status),
+        Endpoint::new(Verb::Post, "/api/v1/agent/runs/{runId}/cancel", cancel_run),
+        Endpoint::new(Verb::Get, "/api/v1/agent/runs/{runId}/events", run_events),
+        Endpoint::new(
+            Verb::Get,
+            "/api/v1/agent/threads/{threadId}/events",
+            thread_events,
+        ),
+        Endpoint::new(
+            Verb::Patch,
+            "/api/v1/agent/threads/{threadId}",
+            rename_thread,
+        ),
+        Endpoint::new(
+            Verb::Delete,
+            "/api/v1/agent/threads/{threadId}",
+            erase_thread,
+        ),
+        Endpoint::new(
+            Verb::Post,
+            "/api/v1/agent/threads/{threadId}/fork",
+            fork_thread,
+        ),
+        Endpoint::new(Verb::Get, "/api/v1/agent/me", whoami),
+        Endpoint::new(Verb::Delete, "/api/v1/agent/me", erase_me),
+        Endpoint::new(Verb::Post, "/api/v1/agent/ag-ui", ag_ui_run),
+        Endpoint::new(Verb::Post, "/v2/chat", chat),
+        Endpoint::new(Verb::Get, "/api/v1/agents", list_agents),
+        Endpoint::new(Verb::Post, "/api/v1/agents/compatibility", compatibility),
+        Endpoint::new(Verb::Get, "/websocket", crate::ws::websocket),
+        Endpoint::new(Verb::Get, "/openapi.json", crate::openapi::serve),
+    ]
+}
+
+pub(crate) fn router(state: AppState) -> Router {
+    platform::openapi::router(endpoints()).with_state(state)
 }
 
 /// Errors of the runs API; each variant's doc names its status.
@@ -349,7 +358,26 @@ impl IntoResponse for ApiError {
 
 /// `POST /api/v1/agent/runs`: validate, publish, answer 202 after the JetStream ack; with
 /// `Accept: text/event-stream`, answer with the run's event stream instead.
-async fn create_run(
+#[utoipa::path(
+    post,
+    path = "/api/v1/agent/runs",
+    tag = "runs",
+    request_body(content = RunAgentInput, content_type = "application/json", description = "The run: `RunAgentInput` of agent-run-input-protocol.md, exactly one user message."),
+    responses(
+        (status = 202, description = "Accepted, after JetStream acknowledged it (or the original answer to a retried request).", body = TaskAcceptedResponse),
+        (status = 200, description = "With `Accept: text/event-stream`: the run's AG-UI events, as `GET .../events` streams them.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 403, description = "A per-owner budget is spent: bytes of runs for the day, kept runs, active runs (`forbidden`/`quota_exceeded`).", body = ErrorEnvelope),
+        (status = 409, description = "The run was accepted before with another body, or another run is active on the thread (`conflict`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 422, description = "A rule of the run input is broken (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 429, description = "Too many runs started (`rate_limited`), or a token budget is spent (`budget_exceeded`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn create_run(
     State(state): State<AppState>,
     owner: Owner,
     headers: HeaderMap,
@@ -364,10 +392,58 @@ async fn create_run(
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
 }
 
+/// `POST /api/v1/agent/run`: the same as `POST /api/v1/agent/runs`, at the path of
+/// agent-chat-messages-protocol.md.
+#[utoipa::path(
+    post,
+    path = "/api/v1/agent/run",
+    tag = "runs",
+    request_body(content = RunAgentInput, content_type = "application/json", description = "The run: `RunAgentInput` of agent-run-input-protocol.md, exactly one user message."),
+    responses(
+        (status = 202, description = "Accepted, after JetStream acknowledged it (or the original answer to a retried request).", body = TaskAcceptedResponse),
+        (status = 200, description = "With `Accept: text/event-stream`: the run's AG-UI events, as `GET .../events` streams them.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 403, description = "A per-owner budget is spent: bytes of runs for the day, kept runs, active runs (`forbidden`/`quota_exceeded`).", body = ErrorEnvelope),
+        (status = 409, description = "The run was accepted before with another body, or another run is active on the thread (`conflict`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 422, description = "A rule of the run input is broken (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 429, description = "Too many runs started (`rate_limited`), or a token budget is spent (`budget_exceeded`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn create_run_alias(
+    state: State<AppState>,
+    owner: Owner,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    create_run(state, owner, headers, body).await
+}
+
 /// `POST /api/v1/agent/ag-ui`: the route for AG-UI clients (`HttpAgent`), which resend the whole
 /// conversation every turn. Any `threadId`, the new turn last; the server keeps the history and
 /// recognises resent messages by id. Always answers with the run's event stream.
-async fn ag_ui_run(
+#[utoipa::path(
+    post,
+    path = "/api/v1/agent/ag-ui",
+    tag = "runs",
+    request_body(content = RunAgentInput, content_type = "application/json", description = "AG-UI `RunAgentInput`: the whole conversation, the new turn last; `resume` answers an interrupt."),
+    responses(
+        (status = 200, description = "Server-sent events: each `data:` is one AG-UI event (JSON), `id:` its event id.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 409, description = "The run id was used with another body, the thread is busy, or the prompt `resume` answers is closed (`conflict`).", body = ErrorEnvelope),
+        (status = 410, description = "The prompt `resume` answers has expired (`expired`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 422, description = "A rule of the input is broken, or `resume` does not fit its prompt (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 429, description = "Too many runs started, or a budget is spent (`rate_limited`, `budget_exceeded`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn ag_ui_run(
     State(state): State<AppState>,
     owner: Owner,
     headers: HeaderMap,
@@ -425,7 +501,23 @@ fn resume(input: &RunAgentInput) -> Result<Option<Answer>, ApiError> {
 
 /// `POST /v2/chat`: the REST form of the chat API of `file-attachments.md`
 /// (`{"message", "session_id", "content_urls"}`), answered with the run's AG-UI event stream.
-async fn chat(
+#[utoipa::path(
+    post,
+    path = "/v2/chat",
+    tag = "runs",
+    request_body(content = Object, content_type = "application/json", description = "The chat message of file-attachments.md: `message`, `session_id`, up to 3 `content_urls` of the caller's verified files."),
+    responses(
+        (status = 200, description = "Server-sent events: each `data:` is one AG-UI event (JSON), `id:` its event id.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 422, description = "A rule of the chat message is broken (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 429, description = "Too many runs started, or a budget is spent (`rate_limited`, `budget_exceeded`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn chat(
     State(state): State<AppState>,
     owner: Owner,
     headers: HeaderMap,
@@ -499,37 +591,62 @@ pub(crate) async fn read_json_body_within(
 
 /// `GET /api/v1/agents`: every agent a run can name in `forwardedProps.agent`, with its input
 /// and output schemas, and the default one.
-async fn list_agents(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents",
+    tag = "runs",
+    responses(
+        (status = 200, description = "The agents and the default one.", body = AgentList),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn list_agents(
     State(state): State<AppState>,
     _owner: Owner,
-) -> Result<axum::Json<serde_json::Value>, ApiError> {
+) -> Result<axum::Json<AgentList>, ApiError> {
     let cards = state.agents.list().await.map_err(|err| match err {
         ChooseError::Unavailable(e) => ApiError::Unavailable(e),
         other => ApiError::Internal(other.into()),
     })?;
     let default = cards.iter().find(|c| c.default).map(|c| c.name.clone());
-    let agents: Vec<serde_json::Value> = cards
+    let agents = cards
         .iter()
-        .map(|card| {
-            serde_json::json!({"name": card.name, "description": card.description,
-                "inputSchema": card.input_schema, "outputSchema": card.output_schema})
+        .map(|card| AgentEntry {
+            name: card.name.clone(),
+            description: card.description.clone(),
+            input_schema: card.input_schema.clone(),
+            output_schema: card.output_schema.clone(),
         })
         .collect();
-    Ok(axum::Json(
-        serde_json::json!({"agents": agents, "default": default}),
-    ))
+    Ok(axum::Json(AgentList { agents, default }))
 }
 
 /// `POST /api/v1/agents/compatibility` `{"from", "to"}`, each an agent name or an inline
 /// `MessageBodySchema`: can every message valid under `from`'s output schema be fed to `to`'s
 /// input schema? `{"compatible": true}`, or `false` with the reasons. Rate-limited per owner,
 /// bounded in work and done off the async runtime ([`crate::compatibility`]).
-async fn compatibility(
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/compatibility",
+    tag = "runs",
+    request_body(content = Object, content_type = "application/json", description = "`{\"from\", \"to\"}`, each an agent name or an inline `MessageBodySchema`."),
+    responses(
+        (status = 200, description = "Whether every output of `from` is a valid input of `to`, and why not.", body = CompatibilityAnswer),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 422, description = "A schema is invalid, or comparing them needs more work than one request may do (`invalid_request`); the message names the limit.", body = ErrorEnvelope),
+        (status = 429, description = "The owner spent a per-owner request budget (`rate_limited`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn compatibility(
     State(state): State<AppState>,
     owner: Owner,
     headers: HeaderMap,
     body: Body,
-) -> Result<axum::Json<serde_json::Value>, ApiError> {
+) -> Result<axum::Json<CompatibilityAnswer>, ApiError> {
     state.compatibility.admit(owner.as_str()).await?;
     let bytes = read_json_body(&headers, body).await?;
     // A name may have been registered moments ago: read the catalog once before judging.
@@ -542,7 +659,22 @@ async fn compatibility(
 /// `GET /api/v1/agent/runs/{runId}/events`: the run's AG-UI events as server-sent events, from
 /// the start or, with `Last-Event-ID`, exactly after the last event the client received, on
 /// any replica.
-async fn run_events(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/runs/{runId}/events",
+    tag = "runs",
+    params(("runId" = String, Path, description = "The client's run id, 1 to 128 characters."), ("Last-Event-ID" = Option<String>, Header, description = "Resume exactly after this event id."), ("compact" = Option<bool>, Query, description = "`false`: every event as stored; by default consecutive deltas read back from the log are joined.")),
+    responses(
+        (status = 200, description = "Server-sent events: each `data:` is one AG-UI event (JSON), `id:` its event id.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A `Last-Event-ID` that is not an event id of this run, or past its end; a bad `compact` (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such run (`not_found`).", body = ErrorEnvelope),
+        (status = 410, description = "The events after `Last-Event-ID` are no longer retained (`expired`).", body = ErrorEnvelope),
+        (status = 429, description = "The owner holds as many open streams as allowed, or spent its lookups (`rate_limited`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn run_events(
     State(state): State<AppState>,
     owner: Owner,
     Path(run_id): Path<String>,
@@ -603,7 +735,21 @@ fn replay_of(query: Option<&str>) -> Result<Replay, ApiError> {
 /// `GET /api/v1/agent/threads/{threadId}/events`: the thread's stream (`crate::thread`): a
 /// snapshot, the open run, then every later run of the thread, live, until the client leaves;
 /// `Last-Event-ID` resumes.
-async fn thread_events(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/threads/{threadId}/events",
+    tag = "runs",
+    params(("threadId" = String, Path, description = "The thread id, 1 to 128 characters."), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event of the thread.")),
+    responses(
+        (status = 200, description = "Server-sent events: a `MESSAGES_SNAPSHOT` (and `STATE_SNAPSHOT`), the active run or the waiting prompt, then every later run of the thread live.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A bad thread id, or a `Last-Event-ID` that is not one of the thread's event ids (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such thread (`not_found`).", body = ErrorEnvelope),
+        (status = 429, description = "The owner holds as many open streams as allowed (`rate_limited`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn thread_events(
     State(state): State<AppState>,
     owner: Owner,
     Path(thread_id): Path<String>,
@@ -738,7 +884,20 @@ fn check_path_id(run_id: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /api/v1/agent/runs/{runId}`: the caller's latest run with this run id.
-async fn run_status(
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/runs/{runId}",
+    tag = "runs",
+    params(("runId" = String, Path, description = "The client's run id, 1 to 128 characters.")),
+    responses(
+        (status = 200, description = "The caller's latest run with this run id.", body = RunStatusResponse),
+        (status = 400, description = "The run id is not 1 to 128 characters (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such run (`not_found`).", body = ErrorEnvelope),
+        (status = 429, description = "The owner spent a per-owner request budget (`rate_limited`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn run_status(
     State(state): State<AppState>,
     owner: Owner,
     Path(run_id): Path<String>,
@@ -756,7 +915,21 @@ async fn run_status(
 
 /// `POST /api/v1/agent/runs/{runId}/cancel`: idempotent; answers the run's status after the
 /// request (already `cancelled` for a queued run, `cancelRequested` for a running one).
-async fn cancel_run(
+#[utoipa::path(
+    post,
+    path = "/api/v1/agent/runs/{runId}/cancel",
+    tag = "runs",
+    params(("runId" = String, Path, description = "The client's run id, 1 to 128 characters.")),
+    responses(
+        (status = 202, description = "The run after the request: `cancelled` when it was queued, `cancelRequested` while it runs; an ended run is left as it is.", body = RunStatusResponse),
+        (status = 400, description = "The run id is not 1 to 128 characters (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such run (`not_found`).", body = ErrorEnvelope),
+        (status = 429, description = "The owner spent a per-owner request budget (`rate_limited`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn cancel_run(
     State(state): State<AppState>,
     owner: Owner,
     Path(run_id): Path<String>,

@@ -22,6 +22,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use platform::auth::{Identity, Owner};
+use protocol::ErrorEnvelope;
 use protocol::erase::{EraseReply, OwnerEraseRequest, ThreadEraseRequest};
 use protocol::messaging::{Names, thread_lock_key};
 use protocol::threads::{
@@ -32,6 +33,7 @@ use protocol::validate::{Violation, ViolationKind};
 use serde_json::Value;
 
 use crate::AppState;
+use crate::openapi::{Erasing, ForkRequest, Me, RenameRequest};
 use crate::routes::{ApiError, read_json_body_within};
 
 /// How long a rename waits for history's answer.
@@ -246,6 +248,22 @@ fn title_of(body: &[u8]) -> Result<String, ApiError> {
 
 /// `PATCH /api/v1/agent/threads/{threadId}` with `{"title": "..."}`: renames the caller's
 /// thread; answers it as `GET /api/v1/agent/threads` lists it.
+#[utoipa::path(
+    patch,
+    path = "/api/v1/agent/threads/{threadId}",
+    tag = "runs",
+    params(("threadId" = String, Path, description = "The thread id, 1 to 128 characters.")),
+    request_body(content = RenameRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The thread, renamed, as `GET /api/v1/agent/threads` lists it.", body = ThreadSummary),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such thread (`not_found`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
 pub(crate) async fn rename_thread(
     State(state): State<AppState>,
     owner: Owner,
@@ -267,6 +285,19 @@ pub(crate) async fn rename_thread(
 
 /// `DELETE /api/v1/agent/threads/{threadId}`: erases the caller's thread from every store
 /// (cancelling its runs first); 204, or 404 when the caller has no such thread. Idempotent.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/agent/threads/{threadId}",
+    tag = "runs",
+    params(("threadId" = String, Path, description = "The thread id, 1 to 128 characters.")),
+    responses(
+        (status = 204, description = "Erased: nothing of the thread is left."),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such thread (`not_found`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
 pub(crate) async fn erase_thread(
     State(state): State<AppState>,
     owner: Owner,
@@ -348,6 +379,24 @@ fn fork_body(body: &[u8]) -> Result<ForkBody, ApiError> {
 /// messages up to and with that message, and its files; 201 with the new thread as the list
 /// shows it. 404: no such thread; 422 naming `/messageId`: the thread holds no such message;
 /// 409 naming `/threadId`: the caller has a thread with that id already.
+#[utoipa::path(
+    post,
+    path = "/api/v1/agent/threads/{threadId}/fork",
+    tag = "runs",
+    params(("threadId" = String, Path, description = "The thread id, 1 to 128 characters.")),
+    request_body(content = ForkRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The new thread, as `GET /api/v1/agent/threads` lists it.", body = ThreadSummary),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 404, description = "The caller has no such thread (`not_found`).", body = ErrorEnvelope),
+        (status = 409, description = "The caller has a thread with the `threadId` asked for (`conflict`).", body = ErrorEnvelope),
+        (status = 413, description = "The body is over the size limit (`payload_too_large`).", body = ErrorEnvelope),
+        (status = 415, description = "The body is not `application/json` (`unsupported_media_type`).", body = ErrorEnvelope),
+        (status = 422, description = "The thread holds no message with this `messageId` (`invalid_request`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
 pub(crate) async fn fork_thread(
     State(state): State<AppState>,
     owner: Owner,
@@ -389,17 +438,40 @@ pub(crate) struct MeQuery {
 }
 
 /// `GET /api/v1/agent/me`: who the token says the caller is.
-pub(crate) async fn whoami(identity: Identity) -> axum::Json<Value> {
-    axum::Json(serde_json::json!({
-        "sub": identity.owner.as_str(),
-        "admin": identity.admin,
-    }))
+#[utoipa::path(
+    get,
+    path = "/api/v1/agent/me",
+    tag = "runs",
+    responses(
+        (status = 200, description = "Who the token says the caller is.", body = Me),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+    ),
+)]
+pub(crate) async fn whoami(identity: Identity) -> axum::Json<Me> {
+    axum::Json(Me {
+        sub: identity.owner.as_str().to_owned(),
+        admin: identity.admin,
+    })
 }
 
 /// `DELETE /api/v1/agent/me`: erases the caller (an admin: `?owner=<sub>`) from every store:
 /// every thread, every file, the owner's budgets. 204 once nothing is left; 202 with
 /// `{"status": "erasing", "threadsErased": n}` when the request's time ran out first (call
 /// again: it goes on where it stopped).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/agent/me",
+    tag = "runs",
+    params(("owner" = Option<String>, Query, description = "Another owner to erase (the `switchboard:admin` scope only).")),
+    responses(
+        (status = 204, description = "Nothing of the owner is left."),
+        (status = 202, description = "The request's time ran out with threads left: call again.", body = Erasing),
+        (status = 400, description = "Malformed: the body, a parameter or a header breaks its rule (`invalid_request`); `field` names it.", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 403, description = "`owner` without the `switchboard:admin` scope (`forbidden`).", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
+    ),
+)]
 pub(crate) async fn erase_me(
     State(state): State<AppState>,
     identity: Identity,
@@ -431,7 +503,10 @@ pub(crate) async fn erase_me(
             ..
         } => Ok((
             StatusCode::ACCEPTED,
-            axum::Json(serde_json::json!({"status": "erasing", "threadsErased": threads})),
+            axum::Json(Erasing {
+                status: "erasing",
+                threads_erased: threads,
+            }),
         )
             .into_response()),
         _ => Ok(StatusCode::NO_CONTENT.into_response()),

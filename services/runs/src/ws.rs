@@ -34,6 +34,7 @@ use futures::{SinkExt, StreamExt};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
 use protocol::ErrorCode;
+use protocol::ErrorEnvelope;
 use protocol::interaction::{PromptRecord, PromptStatus, prompt_key};
 use protocol::messaging::RunEventV1;
 use protocol::run_input::{ContentBlock, RunAgentInput, UserContent};
@@ -78,7 +79,22 @@ pub(crate) struct WsQuery {
     conversation_id: Option<String>,
 }
 
-/// Upgrades an authenticated request.
+/// Upgrades an authenticated request to the WebSocket of websocket-message-schema.md (and the
+/// chat message of file-attachments.md). The token comes in `Authorization: Bearer`, in the
+/// subprotocols `bearer, <token>`, or in the first message's `security.token` (or `api_key`)
+/// within 10 s.
+#[utoipa::path(
+    get,
+    path = "/websocket",
+    tag = "runs",
+    params(("last_message_id" = Option<String>, Query, description = "`<runId>:<seq>` of the last message received before a reconnect."), ("conversation_id" = Option<String>, Query, description = "The NeMo Agent Toolkit UI's reconnect parameter.")),
+    responses(
+        (status = 101, description = "Switching protocols: the socket speaks the messages of websocket-message-schema.md."),
+        (status = 400, description = "A bad `last_message_id` (`invalid_request`).", body = ErrorEnvelope),
+        (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
+        (status = 429, description = "The owner holds as many open streams as allowed (`rate_limited`).", body = ErrorEnvelope),
+    ),
+)]
 pub(crate) async fn websocket(
     State(state): State<AppState>,
     headers: HeaderMap,
