@@ -1,6 +1,6 @@
 //! Finding the owner's verified files from the references runs and history hold: resolve a URL
 //! or `content_url` to a verified file the caller owns (verifying a pending one at once), and
-//! sign download URLs in bulk. Answered over NATS by [`crate::resolve`].
+//! sign download URLs in bulk. Answered over NATS by [`crate::bus::resolve`].
 
 use std::collections::HashMap;
 use std::sync::Arc;

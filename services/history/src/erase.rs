@@ -37,9 +37,10 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ingest::PullConsumer;
-use crate::lookup::{CATCH_UP, caught_up};
-use crate::{respond, store};
+use crate::bus::ingest::PullConsumer;
+use crate::bus::lookup::{CATCH_UP, caught_up};
+use crate::bus::respond;
+use crate::store;
 
 /// How long attachments may take to drop a thread's (or an owner's) files.
 const FILES_TIMEOUT: Duration = Duration::from_secs(20);

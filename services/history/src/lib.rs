@@ -3,34 +3,26 @@
 //! NATS endpoints answer how far a run is written, the run index and a thread's earlier
 //! messages in AG-UI form.
 
+mod bus;
 mod changes;
+mod config;
 mod erase;
-mod fork;
-mod ingest;
-mod lookup;
-mod openapi;
-mod progress;
-mod respond;
+mod http;
 mod retention;
-mod routes;
 mod search;
 mod sign;
+mod state;
 mod store;
-mod thread_messages;
-mod thread_rename;
-mod usage;
 
+pub use config::Config;
 pub use erase::ThreadTtl;
+pub(crate) use state::AppState;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use axum::extract::FromRef;
-use platform::auth::{AuthConfig, Authenticator};
+use platform::auth::Authenticator;
 use platform::config::{ConfigError, Env};
-use platform::nats::NatsConfig;
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -39,79 +31,17 @@ use tokio_util::sync::CancellationToken;
 pub const SCHEMA: &str = "history";
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/history");
 
-/// Settings of the history service.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Listen address (`SB_HISTORY_ADDR`, default `127.0.0.1:8083`).
-    pub addr: SocketAddr,
-    /// Bearer-token verification.
-    pub auth: AuthConfig,
-    /// NATS connection and names.
-    pub nats: NatsConfig,
-    /// PostgreSQL URL (`SB_HISTORY_DATABASE_URL`).
-    pub database_url: SecretString,
-    /// Applies missing migrations at start (`SB_DB_MIGRATE`, default true); when false, only
-    /// checks the schema has them (the `migrate` subcommand, run as a Job, applied them).
-    pub migrate_on_start: bool,
-    /// How often ended runs are deleted from the RUNS stream (`SB_HISTORY_RUNS_SWEEP_SECS`,
-    /// default 60; see `retention`).
-    pub runs_sweep: std::time::Duration,
-    /// How long threads are kept after their last message (`SB_HISTORY_THREAD_TTL_DAYS`, 0 or
-    /// unset: for good; `SB_HISTORY_OWNER_THREAD_TTL_DAYS`, shorter ones by owner); swept as
-    /// often as the RUNS retention.
-    pub thread_ttl: ThreadTtl,
-}
-
-impl Config {
-    /// Reads the settings from the environment.
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Ok(Self {
-            addr: env.or("SB_HISTORY_ADDR", SocketAddr::from(([127, 0, 0, 1], 8083)))?,
-            auth: env.auth()?,
-            nats: env.nats()?,
-            database_url: env.secret("SB_HISTORY_DATABASE_URL")?,
-            migrate_on_start: env.or("SB_DB_MIGRATE", true)?,
-            runs_sweep: std::time::Duration::from_secs(
-                env.positive("SB_HISTORY_RUNS_SWEEP_SECS", 60)?.into(),
-            ),
-            thread_ttl: ThreadTtl::new(
-                env.or("SB_HISTORY_THREAD_TTL_DAYS", 0)?,
-                env.raw("SB_HISTORY_OWNER_THREAD_TTL_DAYS"),
-            )
-            .map_err(|(name, reason)| ConfigError::Invalid {
-                name: name.to_owned(),
-                reason,
-            })?,
-        })
-    }
-}
-
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub(crate) auth: Arc<Authenticator>,
-    pub(crate) pool: PgPool,
-    pub(crate) signer: Arc<sign::UrlSigner>,
-    /// IANA time zone names the `tz` parameter accepts.
-    pub(crate) time_zones: Arc<std::collections::HashSet<String>>,
-}
-
-impl FromRef<AppState> for Arc<Authenticator> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.auth)
-    }
-}
-
 /// Every `(method, path)` the service serves: the table its router is built from, with the
 /// health routes. The system tests compare it with the service's `/openapi.json`.
 pub fn routes() -> Vec<(&'static str, &'static str)> {
-    platform::openapi::served(&routes::endpoints())
+    platform::openapi::served(&http::endpoints())
 }
 
 /// The built service: HTTP listener, the two consumers and the NATS endpoints.
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
-    ingest: ingest::Ingest,
+    ingest: bus::ingest::Ingest,
     /// The RUN_EVENTS stream (the thread-messages endpoint compares runs' last events with
     /// what history wrote).
     events: async_nats::jetstream::stream::Stream,
@@ -161,7 +91,7 @@ impl platform::service::Service for Application {
         let (client, js) = platform::nats::connect(&config.nats, "history").await?;
         let signer = Arc::new(sign::UrlSigner::new(client.clone(), &config.nats.names));
         platform::nats::ensure_streams(&js, &config.nats).await?;
-        let ingest = ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
+        let ingest = bus::ingest::Ingest::new(&js, &config.nats.names, pool.clone()).await?;
         let runs = js
             .get_stream(config.nats.names.runs_stream())
             .await
@@ -187,7 +117,7 @@ impl platform::service::Service for Application {
             ("postgres", platform::db::probe(pool.clone())),
             ("nats", platform::nats::probe(js)),
         ];
-        let router = routes::router(AppState {
+        let router = http::router(AppState {
             auth,
             pool: pool.clone(),
             signer: Arc::clone(&signer),
@@ -245,38 +175,38 @@ impl platform::service::Service for Application {
             shutdown.clone(),
         ));
         let erasures = erase::serve(self.eraser, shutdown.clone());
-        let forks = fork::serve(
+        let forks = bus::fork::serve(
             self.client.clone(),
             self.names.clone(),
             self.pool.clone(),
             self.owner_budgets.clone(),
             shutdown.clone(),
         );
-        let lookup = lookup::serve(
+        let lookup = bus::lookup::serve(
             self.client.clone(),
             self.names.clone(),
             self.pool.clone(),
             self.ingest.runs_consumer(),
             shutdown.clone(),
         );
-        let thread_messages = thread_messages::serve(
+        let thread_messages = bus::thread_messages::serve(
             self.client.clone(),
             self.names.clone(),
             self.pool.clone(),
-            thread_messages::Written {
+            bus::thread_messages::Written {
                 runs: self.ingest.runs_consumer(),
                 events: self.events,
             },
             self.signer,
             shutdown.clone(),
         );
-        let thread_rename = thread_rename::serve(
+        let thread_rename = bus::thread_rename::serve(
             self.client.clone(),
             self.names.clone(),
             self.pool.clone(),
             shutdown.clone(),
         );
-        let progress = progress::serve(self.client, self.names, self.pool, shutdown.clone());
+        let progress = bus::progress::serve(self.client, self.names, self.pool, shutdown.clone());
         let (http, ingested, progress, lookup, thread_messages, thread_rename, erasures, forks) = tokio::join!(
             http,
             self.ingest.run(self.owner_budgets, shutdown),

@@ -22,8 +22,8 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::agents::AgentCatalog;
+use crate::http::openapi::CompatibilityAnswer;
 use crate::limit::{Refusal, Throttle, Throttled};
-use crate::openapi::CompatibilityAnswer;
 
 /// The checks of one replica: the per-owner rate and the places on the blocking pool.
 pub(crate) struct CompatibilityChecks {

@@ -1,4 +1,4 @@
-//! The queries of a thread's fork (`crate::fork`): a new thread of the owner holding a copy of
+//! The queries of a thread's fork (`crate::bus::fork`): a new thread of the owner holding a copy of
 //! another's messages up to one of them.
 
 use protocol::metadata::{AgentChatMessageMetadata as Metadata, ForkedFrom, keys};

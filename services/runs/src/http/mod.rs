@@ -1,5 +1,9 @@
 //! HTTP routes of the runs service: thin handlers that extract, call and wrap.
 
+pub(crate) mod openapi;
+pub(crate) mod thread_admin;
+pub(crate) mod ws;
+
 use std::time::Duration;
 
 use axum::Router;
@@ -28,8 +32,8 @@ use crate::AppState;
 use crate::agents::ChooseError;
 use crate::compatibility::CheckError;
 use crate::events::{FollowError, Replay};
+use crate::http::openapi::{AgentEntry, AgentList, CompatibilityAnswer};
 use crate::limit::{Refusal, StreamPermit, Throttled};
-use crate::openapi::{AgentEntry, AgentList, CompatibilityAnswer};
 use crate::prompts::{PromptError, Reply};
 use crate::start::{Answer, StartError, start_run};
 use crate::status::status_response;
@@ -44,7 +48,7 @@ const MAX_PATH_ID_CHARS: usize = 128;
 /// Every route of the service: the router is built from this table, and the system tests
 /// compare it with the OpenAPI document the service serves ([`crate::openapi`]).
 pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
-    use crate::thread_admin::{erase_me, erase_thread, fork_thread, rename_thread, whoami};
+    use crate::http::thread_admin::{erase_me, erase_thread, fork_thread, rename_thread, whoami};
     vec![
         Endpoint::new(Verb::Post, "/api/v1/agent/runs", create_run),
         // The chat-messages document's path for the same contract.
@@ -78,8 +82,8 @@ pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
         Endpoint::new(Verb::Post, "/v2/chat", chat),
         Endpoint::new(Verb::Get, "/api/v1/agents", list_agents),
         Endpoint::new(Verb::Post, "/api/v1/agents/compatibility", compatibility),
-        Endpoint::new(Verb::Get, "/websocket", crate::ws::websocket),
-        Endpoint::new(Verb::Get, "/openapi.json", crate::openapi::serve),
+        Endpoint::new(Verb::Get, "/websocket", crate::http::ws::websocket),
+        Endpoint::new(Verb::Get, "/openapi.json", crate::http::openapi::serve),
     ]
 }
 
@@ -552,7 +556,7 @@ pub(crate) async fn chat(
         )));
     };
     let id = uuid::Uuid::now_v7().to_string();
-    let input = crate::ws::chat_input(&session_id, &id, &message, &content_urls);
+    let input = crate::http::ws::chat_input(&session_id, &id, &message, &content_urls);
     let accepted = start_run(&state, &owner, input, true, None).await?;
     stream_events(&state, &owner, &accepted).await
 }

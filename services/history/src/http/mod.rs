@@ -1,5 +1,8 @@
 //! HTTP routes of the history service.
 
+pub(crate) mod openapi;
+pub(crate) mod usage;
+
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -23,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::openapi::{ThreadHit, ThreadList, ThreadSearch, Threads};
+use crate::http::openapi::{ThreadHit, ThreadList, ThreadSearch, Threads};
 use crate::search::{self, SearchQuery};
 use crate::store::{self, Role};
 
@@ -36,7 +39,7 @@ const DAY_PAGE_MESSAGES: i64 = 200;
 const DAY_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Every route of the service: the router is built from this table, and the system tests
-/// compare it with the OpenAPI document the service serves ([`crate::openapi`]).
+/// compare it with the OpenAPI document the service serves ([`crate::http::openapi`]).
 pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
     vec![
         Endpoint::new(Verb::Get, "/api/v1/agent/history", history),
@@ -44,8 +47,8 @@ pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
         Endpoint::new(Verb::Get, "/api/v1/agent/history/bodies", history_bodies),
         Endpoint::new(Verb::Get, "/v2/history", session_history),
         Endpoint::new(Verb::Get, "/api/v1/agent/threads", threads),
-        Endpoint::new(Verb::Get, "/api/v1/agent/usage", crate::usage::usage),
-        Endpoint::new(Verb::Get, "/openapi.json", crate::openapi::serve),
+        Endpoint::new(Verb::Get, "/api/v1/agent/usage", crate::http::usage::usage),
+        Endpoint::new(Verb::Get, "/openapi.json", crate::http::openapi::serve),
     ]
 }
 

@@ -33,8 +33,8 @@ use protocol::validate::{Violation, ViolationKind};
 use serde_json::Value;
 
 use crate::AppState;
-use crate::openapi::{Erasing, ForkRequest, Me, RenameRequest};
-use crate::routes::{ApiError, read_json_body_within};
+use crate::http::openapi::{Erasing, ForkRequest, Me, RenameRequest};
+use crate::http::{ApiError, read_json_body_within};
 
 /// How long a rename waits for history's answer.
 const RENAME_TIMEOUT: Duration = Duration::from_secs(5);

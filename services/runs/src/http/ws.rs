@@ -262,14 +262,14 @@ enum Refused {
 impl Refused {
     fn into_response(self) -> Response {
         match self {
-            Refused::Throttled(refused) => crate::routes::ApiError::from(refused).into_response(),
+            Refused::Throttled(refused) => crate::http::ApiError::from(refused).into_response(),
             Refused::TooManyStreams => ErrorResponse::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::RateLimited,
                 "too many open event streams and WebSockets; close one first",
             )
             .into_response(),
-            Refused::Unavailable(err) => crate::routes::ApiError::Unavailable(err).into_response(),
+            Refused::Unavailable(err) => crate::http::ApiError::Unavailable(err).into_response(),
         }
     }
 

@@ -25,9 +25,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::ingest::PullConsumer;
-use crate::lookup::{CATCH_UP, CATCH_UP_STEP, caught_up};
-use crate::respond;
+use crate::bus::ingest::PullConsumer;
+use crate::bus::lookup::{CATCH_UP, CATCH_UP_STEP, caught_up};
+use crate::bus::respond;
 use crate::sign::UrlSigner;
 use crate::store::{self, AguiRow, Role};
 

@@ -8,7 +8,8 @@ use protocol::threads::{ThreadRenameReply, ThreadRenameRequest, parse_title};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{respond, routes, store};
+use crate::bus::respond;
+use crate::{http, store};
 
 /// Answers [`ThreadRenameRequest`]s until `shutdown`; an error gets no answer (the caller
 /// times out and answers 503).
@@ -50,6 +51,6 @@ async fn answer(pool: &PgPool, request: ThreadRenameRequest) -> anyhow::Result<T
         tracing::info!(thread.id = %thread_id, "thread renamed");
     }
     Ok(ThreadRenameReply::V1 {
-        thread: thread.map(routes::summary),
+        thread: thread.map(http::summary),
     })
 }

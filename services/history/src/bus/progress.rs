@@ -6,7 +6,8 @@ use protocol::messaging::{Names, ProgressReply, ProgressRequest};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{respond, store};
+use crate::bus::respond;
+use crate::store;
 
 /// Answers [`ProgressRequest`]s until `shutdown`; a database error gets no answer (the caller
 /// times out and does not wait on us).

@@ -18,7 +18,7 @@ use protocol::{ErrorCode, ErrorEnvelope};
 use serde::Deserialize;
 
 use crate::AppState;
-use crate::openapi::{UsageByModel, UsageGroupReport, UsageMillis, UsageReport, UsageTokens};
+use crate::http::openapi::{UsageByModel, UsageGroupReport, UsageMillis, UsageReport, UsageTokens};
 use crate::store::{self, UsageGroup, UsageModel};
 
 /// The longest window.

@@ -1,8 +1,13 @@
 //! HTTP routes of the attachments service: thin handlers that extract, call and wrap.
 
+pub(crate) mod openapi;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use platform::auth::Owner;
 use platform::http::ErrorResponse;
@@ -12,12 +17,13 @@ use protocol::files::parse_file_url;
 use protocol::{ErrorCode, ErrorEnvelope};
 use serde::Deserialize;
 use serde_json::Value;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::AppState;
 use crate::download::LinkError;
 use crate::file_name::{MAX_FILE_NAME_CHARS, base_name};
 use crate::form::{BoundedForm, FramingTooLong};
-use crate::openapi::{
+use crate::http::openapi::{
     DownloadUrl, ServerUpload, ServerUploadForm, UploadUrl, UploadUrlRequest, Workspace,
     WorkspaceFile,
 };
@@ -34,7 +40,7 @@ const MAX_FORM_BYTES: usize = 100 * 1024 * 1024 + 64 * 1024;
 const MAX_SESSION_ID_CHARS: usize = 128;
 
 /// Every route of the service: the router is built from this table, and the system tests
-/// compare it with the OpenAPI document the service serves ([`crate::openapi`]).
+/// compare it with the OpenAPI document the service serves ([`crate::http::openapi`]).
 pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
     vec![
         Endpoint::new(Verb::Post, "/v2/files/upload-url", upload_url),
@@ -45,7 +51,7 @@ pub(crate) fn endpoints() -> Vec<Endpoint<AppState>> {
         Endpoint::new(Verb::Get, "/v2/files", workspace),
         Endpoint::new(Verb::Post, "/api/v1/agent/attachments", server_upload)
             .map(|handler| handler.layer(DefaultBodyLimit::max(MAX_FORM_BYTES))),
-        Endpoint::new(Verb::Get, "/openapi.json", crate::openapi::serve),
+        Endpoint::new(Verb::Get, "/openapi.json", crate::http::openapi::serve),
     ]
 }
 
@@ -466,6 +472,28 @@ pub(crate) async fn delete_file(
         tracing::info!(file.id = %file.id, "file deleted");
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The CORS policy for browser clients on `origins`, or none when the list is empty.
+pub(crate) fn cors_layer(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let origins = origins
+        .iter()
+        .map(|origin| {
+            origin
+                .parse::<HeaderValue>()
+                .with_context(|| format!("invalid CORS origin {origin:?}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(600)),
+    ))
 }
 
 #[cfg(test)]

@@ -14,8 +14,9 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ingest::PullConsumer;
-use crate::{respond, store};
+use crate::bus::ingest::PullConsumer;
+use crate::bus::respond;
+use crate::store;
 
 /// How long a lookup waits for history to write the runs accepted before it.
 pub(crate) const CATCH_UP: Duration = Duration::from_secs(2);

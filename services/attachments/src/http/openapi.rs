@@ -21,12 +21,12 @@ use utoipa::{OpenApi, ToSchema};
             the bytes behind them, and a session's workspace (file-attachments.md)."
     ),
     paths(
-        crate::routes::upload_url,
-        crate::routes::download_url,
-        crate::routes::content,
-        crate::routes::delete_file,
-        crate::routes::workspace,
-        crate::routes::server_upload,
+        crate::http::upload_url,
+        crate::http::download_url,
+        crate::http::content,
+        crate::http::delete_file,
+        crate::http::workspace,
+        crate::http::server_upload,
         serve,
     ),
     tags((name = "files", description = "The caller's files."))

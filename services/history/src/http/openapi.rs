@@ -24,12 +24,12 @@ use utoipa::{OpenApi, PartialSchema, ToSchema};
             service's (`/api/v1/agent/threads/{threadId}`)."
     ),
     paths(
-        crate::routes::history,
-        crate::routes::history_blocks,
-        crate::routes::history_bodies,
-        crate::routes::session_history,
-        crate::routes::threads,
-        crate::usage::usage,
+        crate::http::history,
+        crate::http::history_blocks,
+        crate::http::history_bodies,
+        crate::http::session_history,
+        crate::http::threads,
+        crate::http::usage::usage,
         serve,
     ),
     tags((name = "history", description = "The caller's stored conversations and usage."))

@@ -12,8 +12,9 @@ use protocol::threads::{ThreadForkReply, ThreadForkRequest};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::respond;
 use crate::store::Forked;
-use crate::{respond, routes, store};
+use crate::{http, store};
 
 /// How long attachments may take to link the files.
 const LINK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +78,7 @@ async fn answer(
             tracing::info!(messages = row.last_seq, "thread forked");
             metrics::counter!("switchboard_history_threads_forked_total").increment(1);
             ThreadForkReply::V1 {
-                thread: routes::summary(row),
+                thread: http::summary(row),
             }
         }
         Forked::NoThread => ThreadForkReply::NoThread,

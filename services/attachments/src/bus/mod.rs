@@ -1,0 +1,3 @@
+//! The NATS edge: the request/reply endpoints.
+
+pub(crate) mod resolve;

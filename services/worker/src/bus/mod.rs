@@ -1,0 +1,3 @@
+//! The NATS edge: the durable pull consumer of accepted runs.
+
+pub(crate) mod consumer;
