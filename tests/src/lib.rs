@@ -676,7 +676,18 @@ impl Api<'_> {
         id: &str,
         want: &str,
     ) -> anyhow::Result<Value> {
-        let deadline = tokio::time::Instant::now() + EVENTUAL;
+        self.wait_for_status_within(token, id, want, EVENTUAL).await
+    }
+
+    /// Like [`Self::wait_for_status`], for a run that may take longer than [`EVENTUAL`].
+    pub async fn wait_for_status_within(
+        &self,
+        token: &str,
+        id: &str,
+        want: &str,
+        within: Duration,
+    ) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + within;
         let mut last = Value::Null;
         while tokio::time::Instant::now() < deadline {
             let (status, body) = self

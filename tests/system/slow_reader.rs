@@ -82,27 +82,11 @@ async fn a_client_that_stops_reading_gets_the_rest_from_the_log_once_it_reads_ag
     );
 
     // The run ends while the client reads nothing (its status, asked of the first replica).
-    let status_url = format!("{}/api/v1/agent/runs/{run_id}", platform.urls.runs);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let status: Value = http
-            .get(&status_url)
-            .bearer_auth(&alice)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if status["status"] == "completed" {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run did not end: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    platform
+        .api()
+        .wait_for_status_within(&alice, run_id, "completed", Duration::from_secs(120))
+        .await
+        .unwrap();
 
     // Now it reads: the stream must end within seconds.
     let mut raw = Vec::new();

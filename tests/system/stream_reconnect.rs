@@ -113,28 +113,11 @@ async fn a_replica_cut_off_from_nats_while_a_run_ends_ends_its_open_stream_once_
     // (its status, asked of the first replica, says so).
     let connections_before = link.connections();
     link.cut();
-    let status_url = format!("{}/api/v1/agent/runs/{run_id}", platform.urls.runs);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let status: Value = http
-            .get(&status_url)
-            .bearer_auth(&alice)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if status["status"] == "completed" {
-            break;
-        }
-        assert_ne!(status["status"], "failed", "{status}");
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run did not end: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    platform
+        .api()
+        .wait_for_status(&alice, run_id, "completed")
+        .await
+        .unwrap();
     let seen_while_cut = frames.len();
 
     // Restored: the replica connects again and its open stream ends as the run did.
