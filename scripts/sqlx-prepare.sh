@@ -6,6 +6,9 @@
 #
 #     scripts/sqlx-prepare.sh               # history and attachments
 #     scripts/sqlx-prepare.sh history       # one of them
+#     scripts/sqlx-prepare.sh --check       # CI (scripts/test.sh): fails, naming the files,
+#                                           # when the committed data is not what the queries
+#                                           # and migrations give now; changes nothing
 #
 # Each service's migrations (migrations/<service>/*.sql, in order) go into a scratch database,
 # in a schema named after the service, which the build's DATABASE_URL puts on the search path
@@ -14,6 +17,11 @@
 source "$(dirname "$0")/lib/common.sh"
 cd "$ROOT"
 
+check=0
+if [ "${1:-}" = --check ]; then
+  check=1
+  shift
+fi
 services=("$@")
 [ ${#services[@]} -gt 0 ] || services=(history attachments)
 scratch="sqlx_prepare_$$"
@@ -40,6 +48,14 @@ for service in "${services[@]}"; do
     SQLX_OFFLINE=false SQLX_OFFLINE_DIR="$ROOT/$fresh" \
     cargo check --quiet --package "switchboard-$service" --all-targets
   [ -n "$(ls -A "$fresh")" ] || die "no query data was written for $service"
+  if [ "$check" = 1 ]; then
+    if ! diff -r -q "$crate/.sqlx" "$fresh"; then
+      die "$crate/.sqlx is not what the queries and migrations give now: run scripts/sqlx-prepare.sh $service and commit $crate/.sqlx"
+    fi
+    rm -rf "$fresh"
+    log "$service: the committed query data is current ($(ls "$crate/.sqlx" | wc -l) queries)"
+    continue
+  fi
   rm -rf "$crate/.sqlx" && mv "$fresh" "$crate/.sqlx"
   log "$service: $(ls "$crate/.sqlx" | wc -l) queries"
 done

@@ -70,6 +70,9 @@ cargo fmt --all --check
 log "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
 
+# The committed sqlx offline data (services/*/.sqlx) against the queries and migrations.
+"$ROOT/scripts/sqlx-prepare.sh" --check
+
 log "building the service binaries (the system tests start them as processes)"
 cargo build --workspace --bins --locked --quiet
 
