@@ -98,6 +98,22 @@ pub fn served<S>(endpoints: &[Endpoint<S>]) -> Vec<(&'static str, &'static str)>
         .collect()
 }
 
+/// `doc` completed ([`complete`]) and rendered as JSON: what a service serves at
+/// `/openapi.json`, built once per process.
+pub fn render(doc: OpenApi) -> String {
+    complete(doc).to_json().unwrap_or_default()
+}
+
+/// The answer of `GET /openapi.json`: `document` ([`render`]) as `application/json`.
+pub fn answer(document: &'static str) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        document,
+    )
+        .into_response()
+}
+
 /// A service's document completed: the health routes merged in, the bearer scheme declared
 /// and required by every operation that does not say otherwise.
 pub fn complete(mut doc: OpenApi) -> OpenApi {

@@ -3,8 +3,6 @@
 
 use std::sync::LazyLock;
 
-use axum::http::header;
-use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -34,11 +32,8 @@ use utoipa::{OpenApi, ToSchema};
 struct AttachmentsApi;
 
 /// The document as JSON, built once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    platform::openapi::complete(AttachmentsApi::openapi())
-        .to_json()
-        .unwrap_or_default()
-});
+static DOCUMENT: LazyLock<String> =
+    LazyLock::new(|| platform::openapi::render(AttachmentsApi::openapi()));
 
 /// The service's OpenAPI document (generated from its handlers' types).
 #[utoipa::path(
@@ -48,11 +43,8 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     security(()),
     responses((status = 200, description = "This document.", body = Object)),
 )]
-pub(crate) async fn serve() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.as_str(),
-    )
+pub(crate) async fn serve() -> axum::response::Response {
+    platform::openapi::answer(DOCUMENT.as_str())
 }
 
 /// The body of `POST /v2/files/upload-url` (read field by field, to name the offending one).

@@ -3,8 +3,6 @@
 
 use std::sync::LazyLock;
 
-use axum::http::header;
-use axum::response::IntoResponse;
 use protocol::threads::ThreadSummary;
 use serde::Serialize;
 use utoipa::openapi::schema::{AnyOfBuilder, Schema};
@@ -37,11 +35,8 @@ use utoipa::{OpenApi, PartialSchema, ToSchema};
 struct HistoryApi;
 
 /// The document as JSON, built once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    platform::openapi::complete(HistoryApi::openapi())
-        .to_json()
-        .unwrap_or_default()
-});
+static DOCUMENT: LazyLock<String> =
+    LazyLock::new(|| platform::openapi::render(HistoryApi::openapi()));
 
 /// The service's OpenAPI document (generated from its handlers' types).
 #[utoipa::path(
@@ -51,11 +46,8 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     security(()),
     responses((status = 200, description = "This document.", body = Object)),
 )]
-pub(crate) async fn serve() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.as_str(),
-    )
+pub(crate) async fn serve() -> axum::response::Response {
+    platform::openapi::answer(DOCUMENT.as_str())
 }
 
 /// The answer of `GET /api/v1/agent/threads`: a page of the list, or of a search (`q`).

@@ -899,6 +899,7 @@ fn check_path_id(run_id: &str) -> Result<(), ApiError> {
         (status = 401, description = "No valid bearer token (`unauthorized`).", body = ErrorEnvelope),
         (status = 404, description = "The caller has no such run (`not_found`).", body = ErrorEnvelope),
         (status = 429, description = "The owner spent a per-owner request budget (`rate_limited`); `Retry-After` says when to retry.", body = ErrorEnvelope),
+        (status = 503, description = "A dependency (NATS, the history service) did not answer (`unavailable`).", body = ErrorEnvelope),
     ),
 )]
 pub(crate) async fn run_status(

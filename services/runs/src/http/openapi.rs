@@ -3,8 +3,6 @@
 
 use std::sync::LazyLock;
 
-use axum::http::header;
-use axum::response::IntoResponse;
 use protocol::message_body::{Incompatibility, MessageBodySchema};
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
@@ -46,11 +44,7 @@ use utoipa::{OpenApi, ToSchema};
 struct RunsApi;
 
 /// The document as JSON, built once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    platform::openapi::complete(RunsApi::openapi())
-        .to_json()
-        .unwrap_or_default()
-});
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| platform::openapi::render(RunsApi::openapi()));
 
 /// The service's OpenAPI document (generated from its handlers' types).
 #[utoipa::path(
@@ -60,11 +54,8 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     security(()),
     responses((status = 200, description = "This document.", body = Object)),
 )]
-pub(crate) async fn serve() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.as_str(),
-    )
+pub(crate) async fn serve() -> axum::response::Response {
+    platform::openapi::answer(DOCUMENT.as_str())
 }
 
 /// The answer of `GET /api/v1/agents`.
