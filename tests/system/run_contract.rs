@@ -54,6 +54,43 @@ async fn a_failing_agent_ends_the_run_failed_not_completed() {
 }
 
 #[tokio::test]
+async fn a_failed_run_whose_live_record_lags_is_answered_failed_with_its_error_from_history() {
+    let platform = TestPlatform::spawn().await.unwrap();
+    let api = platform.api();
+    let alice = platform.infra.token("alice");
+    let (status, accepted) = api
+        .post_run(&alice, &text_run(&new_thread(), "lagging-run", "/fail"))
+        .await
+        .unwrap();
+    assert_eq!(status, 202);
+    api.wait_for_status(&alice, "lagging-run", "failed")
+        .await
+        .unwrap();
+    // The live record as a KV replica that missed the end would still hold it (seen after a
+    // partition): running, no error. History has the run's RUN_ERROR.
+    let client = async_nats::connect(&platform.infra.nats_url).await.unwrap();
+    let kv = async_nats::jetstream::new(client)
+        .get_key_value(platform.nats.names.run_status_bucket())
+        .await
+        .unwrap();
+    let task_id = uuid::Uuid::parse_str(accepted["taskId"].as_str().unwrap()).unwrap();
+    let key = protocol::messaging::status_key("alice", "lagging-run", task_id);
+    let mut record: Value = serde_json::from_slice(&kv.get(&key).await.unwrap().unwrap()).unwrap();
+    assert_eq!(record["error"], "the agent failed", "{record}");
+    record["status"] = json!("running");
+    record.as_object_mut().unwrap().remove("error");
+    kv.put(&key, serde_json::to_vec(&record).unwrap().into())
+        .await
+        .unwrap();
+    // Running until history has written the end (it may be behind the events), then failed.
+    let answer = api
+        .wait_for_status(&alice, "lagging-run", "failed")
+        .await
+        .unwrap();
+    assert_eq!(answer["error"], "the agent failed", "{answer}");
+}
+
+#[tokio::test]
 async fn cancelling_a_running_run_stops_the_agent_and_ends_it_cancelled_idempotently() {
     let platform = TestPlatform::spawn().await.unwrap();
     let api = platform.api();

@@ -560,6 +560,9 @@ pub struct RunRecord {
     /// Where its task is in the RUNS stream (unknown for runs written before history kept it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_seq: Option<u64>,
+    /// Why it ended with an error (its `RUN_ERROR` message), once history has written its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One event of one run, as published on [`Names::run_event_subject`]. Versioned by `v`.

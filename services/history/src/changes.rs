@@ -19,6 +19,8 @@ use serde_json::Value;
 pub(crate) enum Change {
     /// The run's status (running, or how it ended).
     Status(RunStatus),
+    /// Why the run ended with an error (its `RUN_ERROR` message, safe to show).
+    Error(String),
     /// The assistant message exists (created empty with this metadata if not).
     EnsureAssistant {
         /// Its id.
@@ -157,13 +159,18 @@ pub(crate) fn changes(event: &RunEventV1, accepted_at: DateTime<Utc>) -> Vec<Cha
         Event::RunFinished { usage, .. } => std::iter::once(Change::Status(RunStatus::Completed))
             .chain(usage_change(usage.as_ref()))
             .collect(),
-        Event::RunError { code, usage, .. } => {
+        Event::RunError {
+            code,
+            message,
+            usage,
+        } => {
             let status = if code.as_deref() == Some("cancelled") {
                 RunStatus::Cancelled
             } else {
                 RunStatus::Failed
             };
-            std::iter::once(Change::Status(status))
+            [Change::Status(status), Change::Error(message.clone())]
+                .into_iter()
                 .chain(usage_change(usage.as_ref()))
                 .collect()
         }
@@ -306,11 +313,17 @@ mod tests {
         );
         assert_eq!(
             of(json!({"type": "RUN_ERROR", "message": "x", "code": "cancelled"})),
-            [Change::Status(RunStatus::Cancelled)]
+            [
+                Change::Status(RunStatus::Cancelled),
+                Change::Error("x".into())
+            ]
         );
         assert_eq!(
-            of(json!({"type": "RUN_ERROR", "message": "x"})),
-            [Change::Status(RunStatus::Failed)]
+            of(json!({"type": "RUN_ERROR", "message": "the agent broke"})),
+            [
+                Change::Status(RunStatus::Failed),
+                Change::Error("the agent broke".into())
+            ]
         );
     }
 
@@ -338,7 +351,7 @@ mod tests {
                                   "usage": [usage(7, 0)]}),
         );
         assert_eq!(cancelled[0], Change::Status(RunStatus::Cancelled));
-        assert!(matches!(&cancelled[1], Change::Usage(e) if e[0].input_tokens == 7));
+        assert!(matches!(&cancelled[2], Change::Usage(e) if e[0].input_tokens == 7));
         assert_eq!(
             of(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1", "usage": []})).len(),
             1,

@@ -38,7 +38,7 @@ fn untouched(owner: &str, run_id: &str, run: &RunRecord) -> RunStatusRecord {
         cancel_requested: false,
         created: run.accepted_at,
         updated_at: run.accepted_at,
-        error: None,
+        error: run.error.clone(),
         alive_at: None,
         usage: Vec::new(),
         timings: None,
@@ -47,12 +47,14 @@ fn untouched(owner: &str, run_id: &str, run: &RunRecord) -> RunStatusRecord {
 
 /// The live record, unless history has written the run's end and the record has not caught
 /// up: the terminal event in the run's log is the end (the worker writes the record after it,
-/// and a record read from a replica that lags, after a partition, may still say running).
+/// and a record read from a replica that lags, after a partition, may still say running), and
+/// history has its error too.
 fn settled(record: RunStatusRecord, run: &RunRecord) -> RunStatusRecord {
     if run.status.is_terminal() && !record.status.is_terminal() {
         RunStatusRecord {
             status: run.status,
             cancel_requested: false,
+            error: record.error.or_else(|| run.error.clone()),
             ..record
         }
     } else {
@@ -248,6 +250,7 @@ mod tests {
             accepted_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
             status,
             runs_seq: Some(7),
+            error: None,
         }
     }
 
@@ -261,6 +264,15 @@ mod tests {
         let settled_record = settled(running.clone(), &run(RunStatus::Completed));
         assert_eq!(settled_record.status, RunStatus::Completed);
         assert!(!settled_record.cancel_requested);
+        assert_eq!(settled_record.error, None);
+        // Failed as far as history has it: its error with it (the record has none yet).
+        let lost = RunRecord {
+            error: Some("the worker stopped".into()),
+            ..run(RunStatus::Failed)
+        };
+        let settled_failed = settled(running.clone(), &lost);
+        assert_eq!(settled_failed.status, RunStatus::Failed);
+        assert_eq!(settled_failed.error.as_deref(), Some("the worker stopped"));
         // History behind the record: the record stands.
         assert_eq!(settled(running.clone(), &run(RunStatus::Running)), running);
         let failed = RunStatusRecord {

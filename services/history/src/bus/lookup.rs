@@ -68,6 +68,7 @@ async fn answer(
             accepted_at: row.accepted_at,
             status,
             runs_seq: row.runs_seq.and_then(|seq| u64::try_from(seq).ok()),
+            error: row.error,
         }),
     })
 }

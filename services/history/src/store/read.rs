@@ -27,6 +27,7 @@ pub(crate) struct RunRow {
     pub(crate) accepted_at: DateTime<Utc>,
     pub(crate) status: String,
     pub(crate) runs_seq: Option<i64>,
+    pub(crate) error: Option<String>,
 }
 
 /// The owner's latest run with this run id (`run_progress_owner_run_idx`).
@@ -37,7 +38,7 @@ pub(crate) async fn latest_run(
 ) -> sqlx::Result<Option<RunRow>> {
     sqlx::query_as!(
         RunRow,
-        "SELECT task_id, thread_id, accepted_at, status, runs_seq FROM run_progress
+        "SELECT task_id, thread_id, accepted_at, status, runs_seq, error FROM run_progress
          WHERE owner = $1 AND run_id = $2 ORDER BY accepted_at DESC LIMIT 1",
         owner,
         run_id

@@ -416,6 +416,7 @@ async fn apply(
     let task_id = event.task_id;
     match change {
         Change::Status(status) => set_status(tx, task_id, status).await,
+        Change::Error(message) => set_error(tx, task_id, &message).await,
         Change::EnsureAssistant {
             message_id,
             metadata,
@@ -611,6 +612,21 @@ async fn set_status(
         "UPDATE run_progress SET status = $2 WHERE task_id = $1",
         task_id,
         status_column(status)
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn set_error(
+    tx: &mut Transaction<'_, Postgres>,
+    task_id: Uuid,
+    message: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE run_progress SET error = $2 WHERE task_id = $1",
+        task_id,
+        message
     )
     .execute(&mut **tx)
     .await?;
