@@ -955,17 +955,39 @@ pub(crate) fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// A port free on 127.0.0.1 a moment ago (for a process that binds it itself).
+/// A port free on 127.0.0.1 a moment ago (for a process that binds it itself), and held for
+/// this test process: no other test process is handed it while this one lives.
 pub fn free_port() -> anyhow::Result<u16> {
     // Below Linux's ephemeral range (32768-60999): a port asked of the kernel (`:0`) and
     // released can be handed to any outgoing connection of any test before the process that
     // picked it binds it ("address already in use", a service that never starts), and a
     // service restarted on its port can find it taken the same way. Ports from this range
     // are only ever taken by a test binding them on purpose.
+    //
+    // A port is also locked (`flock` of a file named after it) until this process exits:
+    // nextest runs each test in a process of its own, and two tests could otherwise pick the
+    // same port while neither had bound it yet (seen in CI: a fleet's service "never became
+    // ready", its port in use). The kernel releases the lock with the process.
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("switchboard-test-ports");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for _ in 0..200 {
         let random = uuid::Uuid::new_v4().as_u128();
         let port = 20_000 + u16::try_from(random % 12_000).unwrap_or(0);
+        let path = dir.join(port.to_string());
+        let lock = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        if lock.try_lock().is_err() {
+            continue; // another test holds it (or this one, through another pick)
+        }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            HELD.lock()
+                .map_err(|_| anyhow::anyhow!("the held ports' lock is poisoned"))?
+                .push(lock);
             return Ok(port);
         }
     }
@@ -1172,4 +1194,23 @@ pub async fn upload_file(
         answer["bucket"].as_str().unwrap_or_default(),
         answer["path"].as_str().unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_port_handed_out_is_held_until_the_process_ends() {
+        let port = super::free_port().unwrap();
+        let path = std::env::temp_dir()
+            .join("switchboard-test-ports")
+            .join(port.to_string());
+        // What another test process would do with the same port: its lock is refused.
+        let other = std::fs::File::options().write(true).open(&path).unwrap();
+        assert!(
+            other.try_lock().is_err(),
+            "port {port} was handed out but not held"
+        );
+        let ports: Vec<u16> = (0..50).map(|_| super::free_port().unwrap()).collect();
+        assert!(!ports.contains(&port), "port {port} handed out twice");
+    }
 }
