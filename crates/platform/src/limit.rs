@@ -14,6 +14,7 @@
 //! Replicas' clocks are assumed to agree within well under a request's interval (NTP).
 
 use std::collections::HashMap;
+use std::hash::BuildHasher as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -70,7 +71,17 @@ pub struct OwnerRate {
     leases: Mutex<HashMap<String, Lease>>,
     /// Checks since the owners were last counted.
     checks: AtomicU32,
+    /// One lease at a time per owner on this replica (owners hashed onto [`RENEWAL_STRIPES`]
+    /// locks): the requests that find the owner's lease spent while it is being renewed wait
+    /// for that renewal instead of racing it in the bucket, where all but one compare-and-set
+    /// fails and is read and tried again.
+    renewals: Box<[tokio::sync::Mutex<()>]>,
+    stripes: std::hash::RandomState,
 }
+
+/// How many owners' renewals may run at once on a replica (owners sharing a stripe wait for
+/// each other's, a round trip each).
+const RENEWAL_STRIPES: usize = 64;
 
 /// What the shared record grants at `now`: up to `want` requests and the record after them, or
 /// how long (nanoseconds) until one request is on time.
@@ -142,13 +153,27 @@ impl OwnerRate {
             kv,
             leases: Mutex::new(HashMap::new()),
             checks: AtomicU32::new(0),
+            renewals: (0..RENEWAL_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            stripes: std::hash::RandomState::new(),
         }
     }
 
     /// `Ok(Ok(()))` if `owner` may make one more request now, `Ok(Err(wait))` if not before
     /// `wait`. Fails only when NATS does.
     pub async fn check(&self, owner: &str) -> anyhow::Result<Result<(), Duration>> {
-        let (size, known) = match self.take_local(owner, Instant::now()) {
+        let mut local = self.take_local(owner, Instant::now());
+        let _renewing;
+        if matches!(local, Local::Lease(..)) {
+            // The lease is spent: renew it, or wait for the renewal in progress and spend
+            // from what it brought.
+            let stripe =
+                usize::try_from(self.stripes.hash_one(owner)).unwrap_or_default() % RENEWAL_STRIPES;
+            _renewing = self.renewals[stripe].lock().await;
+            local = self.take_local(owner, Instant::now());
+        }
+        let (size, known) = match local {
             Local::Spent => return Ok(Ok(())),
             Local::Refused(wait) => return Ok(Err(wait)),
             Local::Lease(size, known) => (size, known),
