@@ -58,6 +58,7 @@ pub struct DailyBudget {
     leases: Mutex<HashMap<String, Lease>>,
     /// The day (days from the common era) the leases of earlier days were last dropped.
     pruned: AtomicI32,
+    renewals: crate::limit::Renewals,
 }
 
 /// How much of `want` a day that has leased `leased` of `per_day` can still grant.
@@ -92,6 +93,7 @@ impl DailyBudget {
             chunk: chunk_of(per_day),
             kv,
             leases: Mutex::new(HashMap::new()),
+            renewals: crate::limit::Renewals::new(),
             pruned: AtomicI32::new(0),
         }
     }
@@ -105,10 +107,9 @@ impl DailyBudget {
         now: DateTime<Utc>,
     ) -> anyhow::Result<Result<(), Exhausted>> {
         let day = now.date_naive();
-        let need = match self.take_local(owner, bytes, day) {
-            None => return Ok(Ok(())),
-            Some(need) => need,
-        };
+        if self.take_local(owner, bytes, day).is_none() {
+            return Ok(Ok(()));
+        }
         let exhausted = Exhausted {
             per_day: self.per_day,
             resets_in: until_tomorrow(now),
@@ -116,6 +117,11 @@ impl DailyBudget {
         if bytes > self.per_day {
             return Ok(Err(exhausted));
         }
+        // Renew the lease, or wait for the renewal in progress and spend from what it brought.
+        let _renewing = self.renewals.one_at_a_time(owner).await;
+        let Some(need) = self.take_local(owner, bytes, day) else {
+            return Ok(Ok(()));
+        };
         let granted = self.lease(owner, day, self.chunk.max(need)).await?;
         let mut leases = self
             .leases

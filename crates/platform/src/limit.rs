@@ -71,17 +71,40 @@ pub struct OwnerRate {
     leases: Mutex<HashMap<String, Lease>>,
     /// Checks since the owners were last counted.
     checks: AtomicU32,
-    /// One lease at a time per owner on this replica (owners hashed onto [`RENEWAL_STRIPES`]
-    /// locks): the requests that find the owner's lease spent while it is being renewed wait
-    /// for that renewal instead of racing it in the bucket, where all but one compare-and-set
-    /// fails and is read and tried again.
-    renewals: Box<[tokio::sync::Mutex<()>]>,
+    renewals: Renewals,
+}
+
+/// One lease renewal at a time per owner on this replica. The requests that find an owner's
+/// lease spent while it is being renewed wait for that renewal and spend from what it brought,
+/// instead of racing it in the bucket, where all but one compare-and-set fails and is read and
+/// tried again (16 requests at once wrote the record 16 times), and a replica leases more of
+/// the owner's budget than it needs. Owners are hashed onto [`Renewals::STRIPES`] locks.
+pub(crate) struct Renewals {
+    locks: Box<[tokio::sync::Mutex<()>]>,
     stripes: std::hash::RandomState,
 }
 
-/// How many owners' renewals may run at once on a replica (owners sharing a stripe wait for
-/// each other's, a round trip each).
-const RENEWAL_STRIPES: usize = 64;
+impl Renewals {
+    /// How many owners' renewals may run at once (owners sharing a stripe wait for each
+    /// other's, a round trip each).
+    const STRIPES: usize = 64;
+
+    pub(crate) fn new() -> Self {
+        Self {
+            locks: (0..Self::STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            stripes: std::hash::RandomState::new(),
+        }
+    }
+
+    /// Held while `owner`'s lease is renewed here.
+    pub(crate) async fn one_at_a_time(&self, owner: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        let stripe =
+            usize::try_from(self.stripes.hash_one(owner)).unwrap_or_default() % Self::STRIPES;
+        self.locks[stripe].lock().await
+    }
+}
 
 /// What the shared record grants at `now`: up to `want` requests and the record after them, or
 /// how long (nanoseconds) until one request is on time.
@@ -153,10 +176,7 @@ impl OwnerRate {
             kv,
             leases: Mutex::new(HashMap::new()),
             checks: AtomicU32::new(0),
-            renewals: (0..RENEWAL_STRIPES)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
-            stripes: std::hash::RandomState::new(),
+            renewals: Renewals::new(),
         }
     }
 
@@ -168,9 +188,7 @@ impl OwnerRate {
         if matches!(local, Local::Lease(..)) {
             // The lease is spent: renew it, or wait for the renewal in progress and spend
             // from what it brought.
-            let stripe =
-                usize::try_from(self.stripes.hash_one(owner)).unwrap_or_default() % RENEWAL_STRIPES;
-            _renewing = self.renewals[stripe].lock().await;
+            _renewing = self.renewals.one_at_a_time(owner).await;
             local = self.take_local(owner, Instant::now());
         }
         let (size, known) = match local {
