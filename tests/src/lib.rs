@@ -955,6 +955,38 @@ pub(crate) fn binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// A fresh owner budgets bucket (rates and daily budgets) on the test NATS, with a count of
+/// the writes it has taken: the bucket's stream holds nothing but those writes.
+pub struct OwnerBudgets {
+    /// The bucket.
+    pub kv: platform::nats::JsonKv,
+    js: async_nats::jetstream::Context,
+    stream: String,
+}
+
+impl OwnerBudgets {
+    /// Opens the bucket under a fresh prefix.
+    pub async fn fresh() -> anyhow::Result<Self> {
+        let config = test_support::Infra::from_env().fresh_nats();
+        let (_client, js) = platform::nats::connect(&config, "budgets-test").await?;
+        let kv = platform::lifecycle::ensure_owner_budgets(&js, &config).await?;
+        let stream = format!("KV_{}", config.names.owner_budgets_bucket());
+        Ok(Self { kv, js, stream })
+    }
+
+    /// How many writes the bucket has taken.
+    pub async fn writes(&self) -> anyhow::Result<u64> {
+        Ok(self
+            .js
+            .get_stream(&self.stream)
+            .await?
+            .info()
+            .await?
+            .state
+            .last_sequence)
+    }
+}
+
 /// A port free on 127.0.0.1 a moment ago (for a process that binds it itself), and held for
 /// this test process: no other test process is handed it while this one lives.
 pub fn free_port() -> anyhow::Result<u16> {

@@ -618,15 +618,15 @@ async fn what_an_owner_keeps_in_history_is_bounded_across_runs_replicas_and_dele
 /// 16 writes and 16 chunks held by one replica, which the owner's other replicas then lacked).
 #[tokio::test]
 async fn runs_of_one_owner_arriving_together_lease_a_chunk_of_the_day_once() {
-    let config = test_support::Infra::from_env().fresh_nats();
-    let (_client, js) = platform::nats::connect(&config, "budget-test")
-        .await
-        .unwrap();
-    let kv = platform::lifecycle::ensure_owner_budgets(&js, &config)
+    let bucket = switchboard_system_tests::OwnerBudgets::fresh()
         .await
         .unwrap();
     // 1 GiB a day: leased 8 MiB at a time, far more than the 16 runs below.
-    let budget = std::sync::Arc::new(platform::budget::DailyBudget::new("bytes", 1 << 30, kv));
+    let budget = std::sync::Arc::new(platform::budget::DailyBudget::new(
+        "bytes",
+        1 << 30,
+        bucket.kv.clone(),
+    ));
     const AT_ONCE: usize = 16;
     let now = chrono::Utc::now();
     let answers = futures::future::join_all((0..AT_ONCE).map(|_| {
@@ -642,16 +642,7 @@ async fn runs_of_one_owner_arriving_together_lease_a_chunk_of_the_day_once() {
     }
     // Every lease is one write of the owner's day record: the bucket's stream holds nothing
     // else.
-    let bucket = format!("KV_{}", config.names.owner_budgets_bucket());
-    let writes = js
-        .get_stream(&bucket)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .last_sequence;
+    let writes = bucket.writes().await.unwrap();
     assert_eq!(
         writes, 1,
         "{AT_ONCE} runs arriving together leased the owner's day {writes} times"

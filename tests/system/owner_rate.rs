@@ -230,14 +230,15 @@ async fn each_per_owner_rate_holds_across_three_replicas_as_with_one() {
 /// benchmark as 1.2 NATS messages per run instead of 1.0 (BENCHMARKS.md section 19).
 #[tokio::test]
 async fn requests_of_one_owner_arriving_together_renew_its_lease_once_at_a_time() {
-    let config = test_support::Infra::from_env().fresh_nats();
-    let (_client, js) = platform::nats::connect(&config, "rate-test").await.unwrap();
-    let kv = platform::lifecycle::ensure_owner_budgets(&js, &config)
+    let bucket = switchboard_system_tests::OwnerBudgets::fresh()
         .await
         .unwrap();
     // A rate no request here exhausts (leases up to 64 at a time).
     let rate = std::sync::Arc::new(platform::limit::OwnerRate::new(
-        "runs", 1_000_000, 1_000, kv,
+        "runs",
+        1_000_000,
+        1_000,
+        bucket.kv.clone(),
     ));
     const AT_ONCE: usize = 16;
     let answers = futures::future::join_all((0..AT_ONCE).map(|_| {
@@ -253,16 +254,7 @@ async fn requests_of_one_owner_arriving_together_renew_its_lease_once_at_a_time(
     }
     // Every lease the replica took is one write of the owner's record: the bucket's stream
     // holds nothing else.
-    let bucket = format!("KV_{}", config.names.owner_budgets_bucket());
-    let writes = js
-        .get_stream(&bucket)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .last_sequence;
+    let writes = bucket.writes().await.unwrap();
     // Leases of 1, 2, 4, 8 and 16 cover 16 requests: five writes at most.
     assert!(
         writes <= 5,
