@@ -260,17 +260,7 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let x_request_id = HeaderName::from_static("x-request-id");
-    let app = router
-        .fallback(fallback)
-        .layer(axum::middleware::from_fn(crate::metrics::track))
-        .layer(PropagateRequestIdLayer::new(x_request_id.clone()))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_response(record_status),
-        )
-        .layer(SetRequestIdLayer::new(x_request_id, MakeRequestUuid));
+    let app = layered(router);
     // Small writes (SSE events, WebSocket frames) go out at once, not after Nagle's delay.
     let listener = listener.tap_io(|tcp| {
         if let Err(err) = tcp.set_nodelay(true) {
@@ -283,4 +273,62 @@ pub async fn serve(
     axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
+}
+
+/// As [`serve`], for a service of long-lived event streams: a connection whose first request asks
+/// for one is answered without hyper's per-connection buffers (`crate::stream_server`), the
+/// others by hyper as in [`serve`]. Returns once both have drained; the streams themselves must
+/// end on `shutdown` (the router's bodies watch it).
+pub async fn serve_event_streams(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = layered(router);
+    let streams = tokio_util::task::TaskTracker::new();
+    let sorted =
+        crate::stream_server::sort(listener, app.clone(), streams.clone(), shutdown.clone())?;
+    let served = axum::serve(sorted, app.into_make_service())
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+    streams.close();
+    streams.wait().await;
+    served
+}
+
+/// `router` with what every request goes through: the 404 fallback, metrics, request ids and the
+/// request's span.
+fn layered(router: Router) -> Router {
+    let x_request_id = HeaderName::from_static("x-request-id");
+    router
+        .fallback(fallback)
+        .layer(axum::middleware::from_fn(crate::metrics::track))
+        .layer(PropagateRequestIdLayer::new(x_request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(record_status),
+        )
+        .layer(SetRequestIdLayer::new(x_request_id, MakeRequestUuid))
+}
+
+/// Whether a request's `Accept` asks for an event stream (`text/event-stream`, in any of its
+/// values, parameters aside).
+pub fn accepts_event_stream(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .any(names_event_stream)
+}
+
+/// Whether one `Accept` value names `text/event-stream`.
+pub(crate) fn names_event_stream(accept: &HeaderValue) -> bool {
+    accept.to_str().is_ok_and(|accept| {
+        accept.split(',').any(|media| {
+            media
+                .split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+    })
 }

@@ -23,5 +23,6 @@ pub mod rpc;
 pub mod s3;
 pub mod service;
 pub mod shutdown;
+mod stream_server;
 pub mod telemetry;
 pub mod tokens;

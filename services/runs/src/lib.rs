@@ -183,7 +183,8 @@ impl platform::service::Service for Application {
             stop_streams.cancelled().await;
             streams.cancel();
         });
-        let served = platform::http::serve(self.listener, self.router, shutdown).await;
+        let served =
+            platform::http::serve_event_streams(self.listener, self.router, shutdown).await;
         self.streams.cancel();
         served.context("runs HTTP server failed")
     }

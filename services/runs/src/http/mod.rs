@@ -390,7 +390,7 @@ pub(crate) async fn create_run(
     let bytes = read_json_body(&headers, body).await?;
     let input = parse_run_input(&bytes).map_err(ApiError::Invalid)?;
     let accepted = start_run(&state, &owner, input, false, None).await?;
-    if wants_event_stream(&headers) {
+    if platform::http::accepts_event_stream(&headers) {
         return stream_events(&state, &owner, &accepted).await;
     }
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
@@ -865,19 +865,6 @@ fn sse(
     Sse::new(frames)
         .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat"))
         .into_response()
-}
-
-fn wants_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|mime| {
-            mime.split(';')
-                .next()
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
-        })
 }
 
 fn check_path_id(run_id: &str) -> Result<(), ApiError> {
