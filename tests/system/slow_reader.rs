@@ -1,7 +1,7 @@
-//! A client that stops reading its event stream while the run goes on: its reader's queue of
-//! live events fills, it leaves the live feed (`switchboard_stream_readers_detached_total`), and
-//! once the client reads again it gets the rest from the run's log, to the run's end, at once:
-//! not at the next periodic recheck (ten minutes here), which is all that used to rescue it.
+//! A client that stops reading its event stream while the run goes on: its reader falls behind
+//! its run's live channel (`switchboard_stream_readers_detached_total`), and once the client
+//! reads again it gets the rest from the run's log, to the run's end, at once: not at the next
+//! periodic recheck (ten minutes here), which is all that used to rescue it.
 
 use std::time::Duration;
 

@@ -199,9 +199,13 @@ async fn answer_stream(mut tcp: TcpStream, app: Router, request: Request<Body>) 
     let Ok(response) = app.oneshot(request).await;
     let (parts, mut body) = response.into_parts();
     let framing = Framing::of(parts.status, body.size_hint().exact());
-    if tcp.write_all(&head(&parts, framing)).await.is_err() {
+    let head = head(&parts, framing);
+    // Not held while the stream waits: an idle stream keeps only its body and its socket.
+    drop(parts);
+    if tcp.write_all(&head).await.is_err() {
         return;
     }
+    drop(head);
     loop {
         let frame = tokio::select! {
             frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)) => frame,

@@ -7,8 +7,10 @@
 //!
 //! One core NATS subscription per runs replica ([`EventHub`]), to what the log republishes as
 //! it stores each event (`<p>.runs.live.>`: never an event the log refused), carries live
-//! events to every local reader, so an idle stream costs a channel, not a JetStream consumer. A reader registers
-//! for live events first, then reads what the log already holds; events are deduplicated by
+//! events to every local reader: one `broadcast` channel per run with readers here, each event
+//! sent to it once however many read it, so an idle stream costs a receiver (16 bytes), not a
+//! JetStream consumer or a queue of its own. A reader registers for live events first, then
+//! reads what the log already holds; events are deduplicated by
 //! `seq`, and a gap (a live event lost to a slow subscriber) is filled from the log. A waiting
 //! reader also re-reads the log every minute or two, so even a lost terminal event ends the
 //! stream.
@@ -35,11 +37,12 @@ use anyhow::Context as _;
 use async_nats::jetstream;
 use futures::{Stream, StreamExt};
 use protocol::messaging::{Names, ProgressReply, ProgressRequest, RunEventMessage, RunEventV1};
-use tokio::sync::mpsc;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// Live events buffered per reader before the reader falls back to the log.
+/// Live events a run's channel keeps: a reader that falls further behind (its client reads
+/// slowly) skips the live events it missed and reads them from the log instead.
 const LIVE_BUFFER: usize = 64;
 /// The longest a terminal event waits for history to have written the run.
 const HISTORY_WAIT: Duration = Duration::from_secs(10);
@@ -138,18 +141,18 @@ impl std::ops::Deref for SharedEvent {
     }
 }
 
-/// The live readers of each run on this replica, by reader number (a reader that leaves is
-/// removed by its number: 10,000 readers of a run leaving at its end scanned each other's
-/// entries, 10,000 times).
-type Readers = HashMap<Uuid, HashMap<u64, mpsc::Sender<Arc<SharedEvent>>>>;
+/// The live channel of each run with readers on this replica; removed with its last reader.
+type Readers = HashMap<Uuid, broadcast::Sender<Arc<SharedEvent>>>;
 
 /// Fans the live events of every run out to this replica's readers.
 #[derive(Clone)]
 pub(crate) struct EventHub {
     readers: Arc<Mutex<Readers>>,
-    log: jetstream::stream::Stream,
+    /// Shared by every reader: the stream's handle carries its whole configuration and state
+    /// (over a KiB), which a clone per reader copied into every open stream.
+    log: Arc<jetstream::stream::Stream>,
     names: Names,
-    history: HistoryBarrier,
+    history: Arc<HistoryBarrier>,
     /// How often, at least, a waiting reader re-reads the log in case a live event was lost
     /// (plus a per-reader jitter of up to the same again, so readers opened together do not
     /// read together; `SB_RUNS_STREAM_RECHECK_SECS`).
@@ -204,8 +207,11 @@ impl EventHub {
             .context("cannot subscribe to run events")?;
         let hub = Self {
             readers: Arc::default(),
-            log,
-            history: HistoryBarrier::new(client.clone(), names.history_progress_subject()),
+            log: Arc::new(log),
+            history: Arc::new(HistoryBarrier::new(
+                client.clone(),
+                names.history_progress_subject(),
+            )),
             names,
             recheck,
         };
@@ -238,58 +244,26 @@ impl EventHub {
     }
 
     fn dispatch(&self, event: RunEventV1) {
-        let Ok(mut readers) = self.readers.lock() else {
+        let Ok(readers) = self.readers.lock() else {
             return;
         };
-        if let Some(senders) = readers.get_mut(&event.task_id) {
-            // A reader whose queue is full ([`LIVE_BUFFER`] events its client has not taken)
-            // leaves the live feed: its channel is dropped here, and once its client has taken
-            // what the queue holds it reads the rest from the log (compacted) and joins again.
-            // A slow client never holds the others back, and what it holds is bounded by its
-            // queue. A closed channel is a reader that left.
-            let task_id = event.task_id;
-            let shared = SharedEvent::new(event);
-            senders.retain(|number, tx| match tx.try_send(shared.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    metrics::counter!("switchboard_stream_live_events_skipped_total").increment(1);
-                    metrics::counter!("switchboard_stream_readers_detached_total", "reason" => "queue_full")
-                        .increment(1);
-                    tracing::info!(
-                        task_id = %task_id,
-                        reader = number,
-                        queue = LIVE_BUFFER,
-                        "a slow reader leaves the live feed: its queue is full; it catches up \
-                         from the log once its client reads"
-                    );
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-            if senders.is_empty() {
-                readers.remove(&task_id);
-            }
+        if let Some(live) = readers.get(&event.task_id) {
+            // Sent once, whatever the number of readers. A reader whose client is slow falls
+            // behind the channel's [`LIVE_BUFFER`] events and reads what it missed from the log
+            // (`Follow::next_event`): a slow client never holds the others back, and holds
+            // nothing of its own meanwhile.
+            let _ = live.send(SharedEvent::new(event));
         }
     }
 
     fn register(&self, task_id: Uuid) -> Registration {
-        let (tx, rx) = mpsc::channel(LIVE_BUFFER);
-        let number = NEXT_READER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(mut readers) = self.readers.lock() {
-            readers.entry(task_id).or_default().insert(number, tx);
-        }
-        Registration {
-            hub: self.clone(),
-            task_id,
-            number,
-            rx,
-        }
+        Registration::new(Arc::clone(&self.readers), task_id)
     }
 
     /// A reader of `task_id`'s events from the start, one at a time.
     fn reader(&self, task_id: Uuid) -> LogReader {
         LogReader {
-            log: self.log.clone(),
+            log: Arc::clone(&self.log),
             subject: self.names.run_event_subject(task_id),
             stream_seq: 0,
             ahead: std::collections::VecDeque::new(),
@@ -352,7 +326,7 @@ impl EventHub {
         let pending_empty = first.is_none();
         let state = Follow {
             registration,
-            history: self.history.clone(),
+            history: Arc::clone(&self.history),
             reader,
             last: after,
             pending: first.into_iter().map(SharedEvent::new).collect(),
@@ -397,36 +371,68 @@ fn check_cursor(after: u64, last: Option<&RunEventV1>, ended: bool) -> Result<()
     Ok(())
 }
 
-/// Numbers the readers of this process.
-static NEXT_READER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A live registration; unregisters when dropped.
+/// A live registration: a receiver of its run's channel; the channel goes with its last reader.
 struct Registration {
-    hub: EventHub,
+    readers: Arc<Mutex<Readers>>,
     task_id: Uuid,
-    /// Its number among the run's readers.
-    number: u64,
-    rx: mpsc::Receiver<Arc<SharedEvent>>,
+    rx: Option<broadcast::Receiver<Arc<SharedEvent>>>,
+}
+
+impl Registration {
+    fn new(readers: Arc<Mutex<Readers>>, task_id: Uuid) -> Self {
+        let rx = readers.lock().ok().map(|mut live| {
+            live.entry(task_id)
+                .or_insert_with(|| broadcast::Sender::new(LIVE_BUFFER))
+                .subscribe()
+        });
+        Self {
+            readers,
+            task_id,
+            rx,
+        }
+    }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.rx.close();
-        if let Ok(mut readers) = self.hub.readers.lock()
-            && let Some(senders) = readers.get_mut(&self.task_id)
+        // A reader that ended from the log while the channel lapped it (its client was slow
+        // and the run went on) never saw the lag in a `recv`: it is counted here.
+        if let Some(rx) = self.rx.as_mut()
+            && let Err(broadcast::error::TryRecvError::Lagged(skipped)) = rx.try_recv()
         {
-            senders.remove(&self.number);
-            if senders.is_empty() {
+            lagged(self.task_id, skipped);
+        }
+        if let Ok(mut readers) = self.readers.lock() {
+            // Under the lock: a reader registering meanwhile would be left on a removed channel.
+            drop(self.rx.take());
+            if readers
+                .get(&self.task_id)
+                .is_some_and(|live| live.receiver_count() == 0)
+            {
                 readers.remove(&self.task_id);
             }
         }
     }
 }
 
+/// Counts and logs a reader that fell `skipped` live events behind its run's channel.
+fn lagged(task_id: Uuid, skipped: u64) {
+    metrics::counter!("switchboard_stream_live_events_skipped_total").increment(skipped);
+    metrics::counter!("switchboard_stream_readers_detached_total", "reason" => "queue_full")
+        .increment(1);
+    tracing::info!(
+        task_id = %task_id,
+        skipped,
+        queue = LIVE_BUFFER,
+        "a slow reader skipped live events its client did not take in time; it reads them from \
+         the log"
+    );
+}
+
 /// Reads one task's events from the log, in stream order: one message per request, or, while
 /// far behind, [`BULK_BATCH`] per request through a short-lived consumer of the task's subject.
 struct LogReader {
-    log: jetstream::stream::Stream,
+    log: Arc<jetstream::stream::Stream>,
     subject: String,
     /// Stream sequence of the last message read.
     stream_seq: u64,
@@ -567,7 +573,7 @@ impl LogReader {
 
 struct Follow {
     registration: Registration,
-    history: HistoryBarrier,
+    history: Arc<HistoryBarrier>,
     reader: LogReader,
     /// `seq` of the last event handed out.
     last: u64,
@@ -632,24 +638,30 @@ impl Follow {
                 continue;
             }
             // Caught up: wait for a live event, or re-read the log now and then.
+            let live = async {
+                match self.registration.rx.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                live = self.registration.rx.recv() => match live {
-                    Some(event) if event.seq == self.last + 1 => {
+                live = live => match live {
+                    Ok(event) if event.seq == self.last + 1 => {
                         if let Some(event) = self.take(event) {
                             return Some(event);
                         }
                     }
-                    Some(event) if event.seq > self.last + 1 => self.read_log = true, // a gap
-                    Some(event) if event.event.is_terminal() => return None, // reader was ahead
-                    Some(_) => {} // older: handed out already
-                    // Left the live feed for a full queue (the hub drops only such channels):
-                    // join it again, then read what was missed from the log.
-                    None => {
-                        let (hub, task_id) =
-                            (self.registration.hub.clone(), self.registration.task_id);
-                        self.registration = hub.register(task_id);
+                    Ok(event) if event.seq > self.last + 1 => self.read_log = true, // a gap
+                    Ok(event) if event.event.is_terminal() => return None, // reader was ahead
+                    Ok(_) => {} // older: handed out already
+                    // The client fell more than the channel holds behind: what it missed is
+                    // read from the log, and it goes on with the channel's oldest event.
+                    Err(broadcast::error::RecvError::Lagged(skipped)) => {
+                        lagged(self.registration.task_id, skipped);
                         self.read_log = true;
                     }
+                    // The hub is gone (the service stops): the log alone, at each recheck.
+                    Err(broadcast::error::RecvError::Closed) => self.registration.rx = None,
                 },
                 () = tokio::time::sleep(self.recheck) => self.read_log = true,
                 Ok(()) = self.reconnections.changed() => self.read_log = true,
@@ -702,8 +714,8 @@ impl Follow {
     }
 }
 
-/// Asks history how far it has written a run (`<prefix>.history.progress`).
-#[derive(Clone)]
+/// Asks history how far it has written a run (`<prefix>.history.progress`). One per process,
+/// shared by every reader.
 struct HistoryBarrier {
     client: async_nats::Client,
     subject: String,

@@ -187,19 +187,24 @@ pub(crate) async fn websocket(
         let (owner, first, permit) = match (owner, permit) {
             (Some(owner), Some(permit)) => (owner, None, permit),
             _ => {
-                let Some((owner, first)) = first_message_owner(&state, &mut inbound).await else {
+                // Boxed, as every await of the socket's rare moments: the connection's task is
+                // as large as its largest await, and it is held for as long as the socket is open.
+                let Some((owner, first)) =
+                    Box::pin(first_message_owner(&state, &mut inbound)).await
+                else {
                     let error = WsError::new(
                         WsErrorCode::InvalidMessage,
                         "a valid token is required: Authorization header, the subprotocols bearer, <token>, or security.token (or api_key) in the first message",
                         "security.token",
                     );
-                    refuse(&mut sink, error, dialect, conversation).await;
+                    Box::pin(refuse(&mut sink, error, dialect, conversation)).await;
                     return;
                 };
-                match admit(&state, &owner, rejoin.as_ref()).await {
+                match Box::pin(admit(&state, &owner, rejoin.as_ref())).await {
                     Ok(permit) => (owner, Some(first), permit),
                     Err(refused) => {
-                        refuse(&mut sink, refused.into_ws_error(), dialect, conversation).await;
+                        let error = refused.into_ws_error();
+                        Box::pin(refuse(&mut sink, error, dialect, conversation)).await;
                         return;
                     }
                 }
@@ -468,14 +473,18 @@ impl Session {
             started: Arc::default(),
             client,
         };
+        // Boxed: the task waits at the loop below for as long as the socket is open, and is as
+        // large as its largest await; handling a message is rare and may be large.
         match rejoin {
-            Some(Rejoin::Run(run_id, seq)) => session.reconnect(&run_id, seq).await,
-            Some(Rejoin::Prompt(prompt_id)) => session.rejoin_prompt(&prompt_id).await,
-            Some(Rejoin::Conversation(thread_id)) => session.rejoin_conversation(&thread_id).await,
+            Some(Rejoin::Run(run_id, seq)) => Box::pin(session.reconnect(&run_id, seq)).await,
+            Some(Rejoin::Prompt(prompt_id)) => Box::pin(session.rejoin_prompt(&prompt_id)).await,
+            Some(Rejoin::Conversation(thread_id)) => {
+                Box::pin(session.rejoin_conversation(&thread_id)).await;
+            }
             None => {}
         }
         if let Some(first) = first {
-            session.handle(&first).await;
+            Box::pin(session.handle(&first)).await;
         }
         let shutdown = state.shutdown.clone();
         loop {
@@ -484,19 +493,14 @@ impl Session {
                 frame = inbound.next() => frame,
             };
             match frame {
-                Some(Ok(Message::Text(text))) => session.handle(text.as_str()).await,
+                Some(Ok(Message::Text(text))) => Box::pin(session.handle(text.as_str())).await,
                 Some(Ok(Message::Binary(_))) => {
-                    session
-                        .error(
-                            WsError::new(
-                                WsErrorCode::InvalidMessage,
-                                "messages must be JSON text frames",
-                                "frame",
-                            ),
-                            None,
-                            None,
-                        )
-                        .await;
+                    let error = WsError::new(
+                        WsErrorCode::InvalidMessage,
+                        "messages must be JSON text frames",
+                        "frame",
+                    );
+                    Box::pin(session.error(error, None, None)).await;
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(_)) => {} // ping/pong: answered by the library
