@@ -23,6 +23,7 @@ use axum::Router;
 use axum::body::{Body, HttpBody as _};
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Version, header};
 use bytes::{Buf as _, Bytes};
+use futures::FutureExt as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -193,48 +194,128 @@ pub(crate) fn stream_request(read: &[u8]) -> Option<Request<Body>> {
         .flatten()
 }
 
-/// Answers `request` with `app` on `tcp`: the head, then every body frame as it comes, until the
-/// body ends, fails, or the client closes.
+/// Answers `request` with `app` on `tcp`: the head, then the body's frames as they come, until the
+/// body ends, fails, or the client closes. What is ready at once is written at once, in one
+/// `writev`: the head with the first frames, a run's last event with the stream's end.
 async fn answer_stream(mut tcp: TcpStream, app: Router, request: Request<Body>) {
     let Ok(response) = app.oneshot(request).await;
     let (parts, mut body) = response.into_parts();
     let framing = Framing::of(parts.status, body.size_hint().exact());
-    let head = head(&parts, framing);
+    let mut head = Some(head(&parts, framing));
     // Not held while the stream waits: an idle stream keeps only its body and its socket.
     drop(parts);
-    if tcp.write_all(&head).await.is_err() {
-        return;
-    }
-    drop(head);
-    loop {
-        let frame = tokio::select! {
-            frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)) => frame,
-            () = closed(&tcp) => return,
-        };
-        let data = match frame {
-            None => break,
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) if !data.is_empty() => data,
-                _ => continue, // trailers and empty frames: nothing to send
-            },
-            Some(Err(err)) => {
-                // Cut off without the last chunk: the client sees the stream broken, not ended.
-                tracing::debug!(error = %err, "an event stream's body failed");
+    let mut batch = Batch::default();
+    while !batch.ended {
+        if head.is_none() {
+            let frame = tokio::select! {
+                frame = next_frame(&mut body) => frame,
+                () = closed(&tcp) => return,
+            };
+            if batch.take(frame).is_err() {
                 return;
             }
-        };
-        let written = match framing {
-            Framing::Chunked => write_chunk(&mut tcp, &data).await,
-            Framing::Length(_) | Framing::Bodiless => tcp.write_all(&data).await,
-        };
-        if written.is_err() {
+        }
+        while !batch.ended && batch.frames.len() < BATCH_FRAMES {
+            let Some(frame) = next_frame(&mut body).now_or_never() else {
+                break;
+            };
+            if batch.take(frame).is_err() {
+                return;
+            }
+        }
+        if batch.write(&mut tcp, head.take(), framing).await.is_err() {
             return;
         }
     }
-    if framing == Framing::Chunked && tcp.write_all(b"0\r\n\r\n").await.is_err() {
-        return;
+    // Dropped: the kernel sends what is left, then closes.
+}
+
+/// Most frames written in one `writev`.
+const BATCH_FRAMES: usize = 16;
+
+fn next_frame(
+    body: &mut Body,
+) -> impl std::future::Future<Output = Option<Result<http_body::Frame<Bytes>, axum::Error>>> + '_ {
+    std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx))
+}
+
+/// The frames ready to be written together, and whether the body ended after them.
+#[derive(Default)]
+struct Batch {
+    frames: Vec<Bytes>,
+    ended: bool,
+}
+
+impl Batch {
+    /// Takes a frame the body gave; `Err` when the body failed (the stream is then cut off
+    /// without its last chunk, so the client sees it broken, not ended).
+    fn take(
+        &mut self,
+        frame: Option<Result<http_body::Frame<Bytes>, axum::Error>>,
+    ) -> Result<(), ()> {
+        match frame {
+            None => self.ended = true,
+            Some(Ok(frame)) => {
+                // Trailers and empty frames: nothing to send.
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    self.frames.push(data);
+                }
+            }
+            Some(Err(err)) => {
+                tracing::debug!(error = %err, "an event stream's body failed");
+                return Err(());
+            }
+        }
+        Ok(())
     }
-    let _ = tcp.shutdown().await;
+
+    /// Writes `head` (if any) and the frames in one `writev` (each a chunk when `framing` is
+    /// chunked, with the last chunk after them once the body ended), and empties the batch.
+    async fn write(
+        &mut self,
+        tcp: &mut TcpStream,
+        head: Option<Vec<u8>>,
+        framing: Framing,
+    ) -> io::Result<()> {
+        let chunked = framing == Framing::Chunked;
+        let sizes: Vec<String> = if chunked {
+            self.frames
+                .iter()
+                .map(|data| format!("{:x}\r\n", data.len()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut slices = Vec::with_capacity(2 + 3 * self.frames.len());
+        if let Some(head) = &head {
+            slices.push(IoSlice::new(head));
+        }
+        for (i, data) in self.frames.iter().enumerate() {
+            if chunked {
+                slices.push(IoSlice::new(sizes[i].as_bytes()));
+            }
+            slices.push(IoSlice::new(data));
+            if chunked {
+                slices.push(IoSlice::new(b"\r\n"));
+            }
+        }
+        if chunked && self.ended {
+            slices.push(IoSlice::new(b"0\r\n\r\n"));
+        }
+        let mut slices: &mut [IoSlice<'_>] = &mut slices;
+        while !slices.is_empty() {
+            let written = tcp.write_vectored(slices).await?;
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut slices, written);
+        }
+        // The next batch starts with no buffer: an idle stream holds none.
+        self.frames = Vec::new();
+        Ok(())
+    }
 }
 
 /// How an answer's body is delimited.
@@ -304,25 +385,6 @@ fn field(head: &mut Vec<u8>, name: &str, value: &[u8]) {
     head.extend_from_slice(b": ");
     head.extend_from_slice(value);
     head.extend_from_slice(b"\r\n");
-}
-
-/// Writes `data` as one chunk: its size in hex, the bytes, CRLF, in one `writev`.
-async fn write_chunk(tcp: &mut TcpStream, data: &Bytes) -> io::Result<()> {
-    let size = format!("{:x}\r\n", data.len());
-    let mut slices = [
-        IoSlice::new(size.as_bytes()),
-        IoSlice::new(data),
-        IoSlice::new(b"\r\n"),
-    ];
-    let mut slices: &mut [IoSlice<'_>] = &mut slices;
-    while !slices.is_empty() {
-        let written = tcp.write_vectored(slices).await?;
-        if written == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut slices, written);
-    }
-    Ok(())
 }
 
 /// Resolves once the client has closed the connection (or sent anything more: a stream request is
