@@ -174,44 +174,57 @@ pub(crate) async fn websocket(
     } else {
         upgrade
     };
-    upgrade.on_upgrade(move |socket| async move {
-        let dialect = if query.conversation_id.is_some() {
-            WsDialect::Toolkit
-        } else {
-            WsDialect::default()
-        };
+    upgrade.on_upgrade(move |socket| {
+        // Split before the task's future: a socket it captured would keep its whole size in the
+        // future (a moved-out capture keeps its place) for as long as the connection lives.
         let (mut sink, mut inbound) = socket.split();
-        // A refusal names the conversation the socket was opened for (the NeMo UI drops an
-        // error_message without one).
-        let conversation = query.conversation_id.as_deref();
-        let (owner, first, permit) = match (owner, permit) {
-            (Some(owner), Some(permit)) => (owner, None, permit),
-            _ => {
-                // Boxed, as every await of the socket's rare moments: the connection's task is
-                // as large as its largest await, and it is held for as long as the socket is open.
-                let Some((owner, first)) =
-                    Box::pin(first_message_owner(&state, &mut inbound)).await
-                else {
-                    let error = WsError::new(
-                        WsErrorCode::InvalidMessage,
-                        "a valid token is required: Authorization header, the subprotocols bearer, <token>, or security.token (or api_key) in the first message",
-                        "security.token",
-                    );
-                    Box::pin(refuse(&mut sink, error, dialect, conversation)).await;
-                    return;
-                };
-                match Box::pin(admit(&state, &owner, rejoin.as_ref())).await {
-                    Ok(permit) => (owner, Some(first), permit),
-                    Err(refused) => {
-                        let error = refused.into_ws_error();
+        async move {
+            let dialect = if query.conversation_id.is_some() {
+                WsDialect::Toolkit
+            } else {
+                WsDialect::default()
+            };
+            // A refusal names the conversation the socket was opened for (the NeMo UI drops an
+            // error_message without one).
+            let conversation = query.conversation_id.as_deref();
+            let (owner, first, permit) = match (owner, permit) {
+                (Some(owner), Some(permit)) => (owner, None, permit),
+                _ => {
+                    // Boxed, as every await of the socket's rare moments: the connection's task is
+                    // as large as its largest await, and it is held for as long as the socket is open.
+                    let Some((owner, first)) =
+                        Box::pin(first_message_owner(&state, &mut inbound)).await
+                    else {
+                        let error = WsError::new(
+                            WsErrorCode::InvalidMessage,
+                            "a valid token is required: Authorization header, the subprotocols bearer, <token>, or security.token (or api_key) in the first message",
+                            "security.token",
+                        );
                         Box::pin(refuse(&mut sink, error, dialect, conversation)).await;
                         return;
+                    };
+                    match Box::pin(admit(&state, &owner, rejoin.as_ref())).await {
+                        Ok(permit) => (owner, Some(first), permit),
+                        Err(refused) => {
+                            let error = refused.into_ws_error();
+                            Box::pin(refuse(&mut sink, error, dialect, conversation)).await;
+                            return;
+                        }
                     }
                 }
-            }
-        };
-        Session::run(state, owner, (sink, inbound), first, rejoin, dialect).await;
-        drop(permit); // the connection's slot, held until it closes
+            };
+            // A task of its own: this one, as large as everything the connection's opening awaited,
+            // ends here instead of waiting as long as the connection lives.
+            tokio::spawn(Session::run(
+                state,
+                owner,
+                (sink, inbound),
+                first,
+                rejoin,
+                dialect,
+                permit,
+            ));
+        }
     })
 }
 
@@ -431,6 +444,7 @@ impl Session {
         first: Option<String>,
         rejoin: Option<Rejoin>,
         dialect: WsDialect,
+        permit: StreamPermit,
     ) {
         let (out, mut outbox) = mpsc::channel::<Box<WsMessage>>(OUTBOX);
         let client = Arc::new(Mutex::new(Client {
@@ -508,6 +522,7 @@ impl Session {
         }
         drop(session);
         let _ = writer.await;
+        drop(permit); // the connection's slot, held until it closes
     }
 
     async fn send(&self, message: WsMessage) {
