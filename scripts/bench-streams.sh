@@ -18,7 +18,7 @@
 #
 # 4. a slow client (sse-slow): BENCH_SLOW_STREAMS (1,000) fast clients of one run, alone and beside
 #    one client that reads nothing; the fast clients' p50/p99 in both passes, the live events the
-#    slow reader's full queue skipped, and what it gets once it reads.
+#    slow reader skipped (counted once it reads again), and what it gets once it reads.
 #
 # Settings (environment): BENCH_STREAMS (10000), BENCH_HOLD_SECONDS (45), BENCH_OPEN_CONCURRENCY
 # (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 / BENCH_SKIP_WS=1 / BENCH_SKIP_SLOW=1 to skip a

@@ -141,7 +141,7 @@ for slow in (load("slow"), load("slow-big")):
               f"{ms(w['fast']['latency'], key)} |")
     print(f"| fast clients ended / incomplete | {a['fast']['ended']} / {a['fast']['incomplete']} | "
           f"{w['fast']['ended']} / {w['fast']['incomplete']} |")
-    print(f"| live events skipped by full reader queues | {a['skipped_live_events']} | "
+    print(f"| live events the readers that fell behind skipped (counted once they read again) | {a['skipped_live_events']} | "
           f"{w['skipped_live_events']} |")
     for s_ in w["slow"]:
         print(f"| the slow client, once it reads: events, last id, in order, ended | | {s_['events']}, "

@@ -8,10 +8,11 @@
 //!
 //! For each pass: the fast clients' latency from publish start to receipt, per content event
 //! (p50/p99/max over every client and event), and the runs service's
-//! `switchboard_stream_live_events_skipped_total` (live events a full reader queue did not
-//! take) before and after. After the second pass the slow clients start reading: how many
-//! events each then gets, and whether the stream ends (it must: a reader that falls behind its
-//! queue catches up from the run's log).
+//! `switchboard_stream_live_events_skipped_total` (live events a reader fell behind its run's
+//! channel by) before the pass and after its slow clients have read (a lapped reader counts what
+//! it skipped when it runs again). After the second pass the slow clients start reading: how
+//! many events each then gets, and whether the stream ends (it must: a reader that falls behind
+//! catches up from the run's log).
 //!
 //! Prints one JSON line. Every phase is bounded in time.
 //!
@@ -139,12 +140,12 @@ async fn pass(bench: &Bench, settings: &Settings, slow: usize) -> anyhow::Result
             }
         }
     }
-    let skipped_after = skipped(bench).await?;
     // The slow clients read now: everything, to the end.
     let mut slow_results = Vec::new();
     for socket in slow_sockets {
         slow_results.push(drain_slow(socket, settings.events).await);
     }
+    let skipped_after = skipped(bench).await?;
     Ok(json!({
         "publish_seconds": (publish_seconds * 10.0).round() / 10.0,
         "fast": {
