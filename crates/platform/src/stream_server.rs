@@ -94,13 +94,19 @@ pub(crate) fn sort(
             }
             let (app, hand_on, shutdown) = (app.clone(), hand_on.clone(), shutdown.clone());
             streams.spawn(async move {
-                let io = tokio::select! {
-                    io = first_request(tcp, app) => io,
-                    () = shutdown.cancelled() => None,
+                // Only the wait for the first request is cut short by `shutdown`: a stream being
+                // answered ends as its body does (the router's bodies end on shutdown).
+                let first = tokio::select! {
+                    first = first_request(tcp) => first,
+                    () = shutdown.cancelled() => return,
                 };
-                if let Some(io) = io {
+                match first {
+                    First::Stream(tcp, request) => answer_stream(tcp, app, request).await,
                     // Refused only once the server stopped accepting: the connection closes.
-                    let _ = hand_on.send((io, peer)).await;
+                    First::Other(io) => {
+                        let _ = hand_on.send((io, peer)).await;
+                    }
+                    First::Closed => {}
                 }
             });
         }
@@ -127,27 +133,35 @@ async fn accept_failed(err: io::Error) {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
 }
 
-/// Reads the connection's first bytes. An event stream request is answered here (`None` after);
-/// anything else comes back for hyper, with the bytes read put back.
-async fn first_request(tcp: TcpStream, app: Router) -> Option<Rewind> {
+/// A connection's first request, sorted.
+enum First {
+    /// An event stream request, for [`answer_stream`] (boxed: the task that answers it keeps
+    /// this value's place for as long as the stream lives).
+    Stream(TcpStream, Box<Request<Body>>),
+    /// Anything else, for hyper, with the bytes read put back.
+    Other(Rewind),
+    /// The client closed (or the socket failed) before sending anything.
+    Closed,
+}
+
+/// Reads the connection's first bytes and sorts the request they hold.
+async fn first_request(tcp: TcpStream) -> First {
     let read = loop {
         // No buffer is held while the client is silent.
-        tcp.readable().await.ok()?;
+        if tcp.readable().await.is_err() {
+            return First::Closed;
+        }
         let mut read = Vec::with_capacity(FIRST_READ);
         match tcp.try_read_buf(&mut read) {
-            Ok(0) => return None,
+            Ok(0) => return First::Closed,
             Ok(_) => break read,
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return None,
+            Err(_) => return First::Closed,
         }
     };
     match stream_request(&read) {
-        Some(request) => {
-            drop(read);
-            answer_stream(tcp, app, request).await;
-            None
-        }
-        None => Some(Rewind {
+        Some(request) => First::Stream(tcp, Box::new(request)),
+        None => First::Other(Rewind {
             prefix: Bytes::from(read),
             tcp,
         }),
@@ -197,8 +211,8 @@ pub(crate) fn stream_request(read: &[u8]) -> Option<Request<Body>> {
 /// Answers `request` with `app` on `tcp`: the head, then the body's frames as they come, until the
 /// body ends, fails, or the client closes. What is ready at once is written at once, in one
 /// `writev`: the head with the first frames, a run's last event with the stream's end.
-async fn answer_stream(mut tcp: TcpStream, app: Router, request: Request<Body>) {
-    let Ok(response) = app.oneshot(request).await;
+async fn answer_stream(mut tcp: TcpStream, app: Router, request: Box<Request<Body>>) {
+    let Ok(response) = app.oneshot(*request).await;
     let (parts, mut body) = response.into_parts();
     let framing = Framing::of(parts.status, body.size_hint().exact());
     let mut head = Some(head(&parts, framing));
@@ -661,6 +675,60 @@ mod tests {
             answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("hi"),
             "{answer}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_stream_answered_when_shutdown_begins_ends_as_its_body_does() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let shutdown = CancellationToken::new();
+        // As the runs service's streams: one event, then nothing until shutdown ends the body.
+        let ends = shutdown.clone();
+        let router = Router::new().route(
+            "/events",
+            get(move || {
+                let ends = ends.clone();
+                async move {
+                    let first = futures::stream::once(async {
+                        Ok::<_, Infallible>(Event::default().data("hi"))
+                    });
+                    Sse::new(
+                        first
+                            .chain(futures::stream::pending())
+                            .take_until(ends.cancelled_owned()),
+                    )
+                }
+            }),
+        );
+        let serving = tokio::spawn(crate::http::serve_event_streams(
+            listener,
+            router,
+            shutdown.clone(),
+        ));
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(STREAM.as_bytes()).await.expect("write");
+        let mut answer = Vec::new();
+        while !String::from_utf8_lossy(&answer).contains("data: hi") {
+            let mut buf = [0_u8; 1024];
+            let n = tcp.read(&mut buf).await.expect("read");
+            assert_ne!(n, 0, "closed before the first event");
+            answer.extend_from_slice(&buf[..n]);
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+            .await
+            .expect("the stream ends")
+            .expect("read");
+        assert!(
+            String::from_utf8_lossy(&answer).ends_with("\r\n0\r\n\r\n"),
+            "ended with its last chunk, not cut off: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        tokio::time::timeout(Duration::from_secs(10), serving)
+            .await
+            .expect("serving returns")
+            .expect("joined")
+            .expect("served");
     }
 
     #[tokio::test]
