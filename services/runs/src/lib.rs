@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The kernel send buffer of each client connection (doubled by the kernel: 128 KiB), instead of
 /// one that grows to 4 MiB: a client that stops reading its event stream pins at most that in the
-/// kernel, and its reader then leaves the live feed after [`events`]' queue of 64 events and
+/// kernel, and its reader then falls behind its run's live channel of 64 events ([`events`]) and
 /// catches up from the log once the client reads. Enough for a stream's events at any round trip
 /// a browser sees (128 KiB per 100 ms is 1.3 MB/s).
 const SEND_BUFFER_BYTES: u32 = 64 * 1024;
