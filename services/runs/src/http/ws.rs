@@ -190,8 +190,8 @@ pub(crate) async fn websocket(
             let (owner, first, permit) = match (owner, permit) {
                 (Some(owner), Some(permit)) => (owner, None, permit),
                 _ => {
-                    // Boxed, as every await of the socket's rare moments: the connection's task is
-                    // as large as its largest await, and it is held for as long as the socket is open.
+                    // Boxed, as every await of the socket's rare moments: a task is as large as
+                    // its largest await, and the socket's lives as long as the socket.
                     let Some((owner, first)) =
                         Box::pin(first_message_owner(&state, &mut inbound)).await
                     else {
@@ -213,8 +213,8 @@ pub(crate) async fn websocket(
                     }
                 }
             };
-            // A task of its own: this one, as large as everything the connection's opening awaited,
-            // ends here instead of waiting as long as the connection lives.
+            // A task of its own: this one, as large as everything the opening awaited, ends
+            // here instead of living as long as the connection.
             tokio::spawn(Session::run(
                 state,
                 owner,
