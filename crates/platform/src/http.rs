@@ -260,19 +260,12 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = layered(router);
-    // Small writes (SSE events, WebSocket frames) go out at once, not after Nagle's delay.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-        }
-    });
-    // `into_make_service`: a connection gets a clone of the router (one `Arc`); serving a bare
-    // `Router` rebuilds every route's service stack per connection (`with_state`), ~110 KiB that
-    // a long-lived stream then holds (BENCHMARKS.md, section 5).
-    axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    serve_on(
+        listener.tap_io(|tcp| no_delay(tcp)),
+        layered(router),
+        shutdown,
+    )
+    .await
 }
 
 /// As [`serve`], for a service of long-lived event streams: a connection whose first request asks
@@ -288,12 +281,31 @@ pub async fn serve_event_streams(
     let streams = tokio_util::task::TaskTracker::new();
     let sorted =
         crate::stream_server::sort(listener, app.clone(), streams.clone(), shutdown.clone())?;
-    let served = axum::serve(sorted, app.into_make_service())
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
+    let served = serve_on(sorted, app, shutdown).await;
     streams.close();
     streams.wait().await;
     served
+}
+
+/// hyper's side of both: serves `app` on what `listener` accepts until `shutdown`, then drains.
+async fn serve_on<L>(listener: L, app: Router, shutdown: CancellationToken) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    // `into_make_service`: a connection gets a clone of the router (one `Arc`); serving a bare
+    // `Router` rebuilds every route's service stack per connection (`with_state`), ~110 KiB that
+    // a long-lived stream then holds (BENCHMARKS.md, section 5).
+    axum::serve(listener, app.into_make_service())
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+/// Small writes (SSE events, WebSocket frames) go out at once, not after Nagle's delay.
+pub(crate) fn no_delay(tcp: &tokio::net::TcpStream) {
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+    }
 }
 
 /// `router` with what every request goes through: the 404 fallback, metrics, request ids and the

@@ -88,10 +88,7 @@ pub(crate) fn sort(
                     continue;
                 }
             };
-            // Small writes (SSE events, WebSocket frames) go out at once, not after Nagle's delay.
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-            }
+            crate::http::no_delay(&tcp);
             let (app, hand_on, shutdown) = (app.clone(), hand_on.clone(), shutdown.clone());
             streams.spawn(async move {
                 // Only the wait for the first request is cut short by `shutdown`: a stream being
@@ -530,17 +527,58 @@ mod tests {
         assert_eq!(request.headers()["authorization"], "Bearer t");
     }
 
-    /// A server of `router` through [`crate::http::serve_event_streams`]; its address.
-    async fn server(router: Router) -> (SocketAddr, CancellationToken) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let shutdown = CancellationToken::new();
-        tokio::spawn(crate::http::serve_event_streams(
-            listener,
-            router,
-            shutdown.clone(),
-        ));
-        (addr, shutdown)
+    /// A server of `router` through [`crate::http::serve_event_streams`], stopped by `shutdown`.
+    struct Server {
+        addr: SocketAddr,
+        shutdown: CancellationToken,
+        serving: tokio::task::JoinHandle<io::Result<()>>,
+    }
+
+    impl Server {
+        async fn start(router: Router, shutdown: CancellationToken) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("address");
+            let serving = tokio::spawn(crate::http::serve_event_streams(
+                listener,
+                router,
+                shutdown.clone(),
+            ));
+            Self {
+                addr,
+                shutdown,
+                serving,
+            }
+        }
+
+        /// Cancels `shutdown` and waits for serving to return.
+        async fn stop(self) {
+            self.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(10), self.serving)
+                .await
+                .expect("serving returns")
+                .expect("joined")
+                .expect("served");
+        }
+    }
+
+    /// The address of a server of `router` (stopped with the test's runtime).
+    async fn server(router: Router) -> SocketAddr {
+        Server::start(router, CancellationToken::new()).await.addr
+    }
+
+    /// A connection that asked for [`STREAM`] and read up to its first event (`data: hi`); what
+    /// it read.
+    async fn open_stream(addr: SocketAddr) -> (TcpStream, Vec<u8>) {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(STREAM.as_bytes()).await.expect("write");
+        let mut read = Vec::new();
+        while !String::from_utf8_lossy(&read).contains("data: hi") {
+            let mut buf = [0_u8; 1024];
+            let n = tcp.read(&mut buf).await.expect("read");
+            assert_ne!(n, 0, "closed before the first event");
+            read.extend_from_slice(&buf[..n]);
+        }
+        (tcp, read)
     }
 
     async fn exchange(addr: SocketAddr, request: &str) -> String {
@@ -562,8 +600,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_event_stream_is_written_chunked_and_closed_at_its_end() {
-        let (addr, _shutdown) =
-            server(Router::new().route("/events", get(|| async { three_events() }))).await;
+        let addr = server(Router::new().route("/events", get(|| async { three_events() }))).await;
         let answer = exchange(addr, STREAM).await;
         let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
@@ -587,7 +624,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_request_answered_with_a_known_length_is_sent_with_it() {
-        let (addr, _shutdown) = server(Router::new()).await;
+        let addr = server(Router::new()).await;
         let answer = exchange(addr, STREAM).await;
         let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
         assert!(head.starts_with("HTTP/1.1 404 Not Found\r\n"), "{head}");
@@ -632,16 +669,7 @@ mod tests {
                 }
             }),
         );
-        let (addr, _shutdown) = server(router).await;
-        let mut tcp = TcpStream::connect(addr).await.expect("connect");
-        tcp.write_all(STREAM.as_bytes()).await.expect("write");
-        let mut read = Vec::new();
-        while !String::from_utf8_lossy(&read).contains("data: hi") {
-            let mut buf = [0_u8; 1024];
-            let n = tcp.read(&mut buf).await.expect("read");
-            assert_ne!(n, 0, "closed before the first event");
-            read.extend_from_slice(&buf[..n]);
-        }
+        let (tcp, _) = open_stream(server(router).await).await;
         drop(tcp);
         tokio::time::timeout(Duration::from_secs(10), on_end)
             .await
@@ -654,7 +682,7 @@ mod tests {
         let router = Router::new()
             .route("/plain", get(|| async { "plain" }))
             .route("/echo", post(|body: String| async move { body }));
-        let (addr, _shutdown) = server(router).await;
+        let addr = server(router).await;
         // Two requests on one connection (hyper keeps it alive), the second a POST with a body.
         let answer = exchange(
             addr,
@@ -679,8 +707,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_answered_when_shutdown_begins_ends_as_its_body_does() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
         let shutdown = CancellationToken::new();
         // As the runs service's streams: one event, then nothing until shutdown ends the body.
         let ends = shutdown.clone();
@@ -700,20 +726,8 @@ mod tests {
                 }
             }),
         );
-        let serving = tokio::spawn(crate::http::serve_event_streams(
-            listener,
-            router,
-            shutdown.clone(),
-        ));
-        let mut tcp = TcpStream::connect(addr).await.expect("connect");
-        tcp.write_all(STREAM.as_bytes()).await.expect("write");
-        let mut answer = Vec::new();
-        while !String::from_utf8_lossy(&answer).contains("data: hi") {
-            let mut buf = [0_u8; 1024];
-            let n = tcp.read(&mut buf).await.expect("read");
-            assert_ne!(n, 0, "closed before the first event");
-            answer.extend_from_slice(&buf[..n]);
-        }
+        let server = Server::start(router, shutdown.clone()).await;
+        let (mut tcp, mut answer) = open_stream(server.addr).await;
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
             .await
@@ -724,32 +738,20 @@ mod tests {
             "ended with its last chunk, not cut off: {}",
             String::from_utf8_lossy(&answer)
         );
-        tokio::time::timeout(Duration::from_secs(10), serving)
-            .await
-            .expect("serving returns")
-            .expect("joined")
-            .expect("served");
+        server.stop().await;
     }
 
     #[tokio::test]
     async fn shutdown_closes_a_connection_that_never_sent_a_request_and_serving_returns() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let shutdown = CancellationToken::new();
-        let serving = tokio::spawn(crate::http::serve_event_streams(
-            listener,
-            Router::new(),
-            shutdown.clone(),
-        ));
-        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        let server = Server::start(Router::new(), CancellationToken::new()).await;
+        let mut silent = TcpStream::connect(server.addr).await.expect("connect");
         // The connection is accepted once a request on another one is answered.
-        assert!(exchange(addr, STREAM).await.starts_with("HTTP/1.1 404"));
-        shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), serving)
-            .await
-            .expect("serving returns")
-            .expect("joined")
-            .expect("served");
+        assert!(
+            exchange(server.addr, STREAM)
+                .await
+                .starts_with("HTTP/1.1 404")
+        );
+        server.stop().await;
         let mut buf = [0_u8; 8];
         assert_eq!(silent.read(&mut buf).await.expect("read"), 0, "closed");
     }
