@@ -9,7 +9,10 @@
 #    adds); 1 run, then 50 concurrent runs at two total rates.
 # 2. idle streams (sse-idle): RSS, CPU, NATS traffic and JetStream consumers of a fresh runs
 #    instance holding BENCH_STREAMS (10,000) idle streams on one run for BENCH_HOLD_SECONDS (45),
-#    a fresh run's latency while holding them vs before, and one event fanned out to all of them.
+#    a fresh run's latency while holding them vs before, and two events fanned out to all of them
+#    (a live one, then the terminal one), read by a raw-socket client (sse-idle --client raw);
+#    then as many streams on a bare axum SSE endpoint (sse-bare) and on the fan-out floor
+#    (sse-floor: each event written to every socket from one loop, nothing but the kernel's TCP).
 #
 # Everything is on loopback. Every load is bounded in time (each binary's own limits and
 # `timeout`). Infrastructure is started if needed and left running; the processes started here are
@@ -22,7 +25,7 @@
 #
 # Settings (environment): BENCH_STREAMS (10000), BENCH_HOLD_SECONDS (45), BENCH_OPEN_CONCURRENCY
 # (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 / BENCH_SKIP_WS=1 / BENCH_SKIP_SLOW=1 to skip a
-# part, BENCH_ALLOW_STALE_RUNS=1 to
+# part, BENCH_SKIP_RUNS_FANOUT=1 to skip the streams-of-as-many-runs pass of part 2, BENCH_ALLOW_STALE_RUNS=1 to
 # measure the last switchboard-runs binary built when the tree does not build, BENCH_RUNS_WRAPPER
 # (a command the runs service is started under, e.g. `heaptrack -o /tmp/runs`; the RSS figures are
 # then those of the wrapper, not of the service).
@@ -45,7 +48,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 "$ROOT/scripts/infra.sh"
 log "building switchboard-runs and switchboard-bench (release)"
 cargo build --release --locked --quiet -p switchboard-bench --bin sse-latency --bin sse-idle \
-  --bin sse-bare --bin ws-idle --bin sse-slow
+  --bin sse-bare --bin sse-floor --bin ws-idle --bin sse-slow
 # js-publish-loop only deletes the prefix's streams at exit; an older binary does that as well.
 cargo build --release --locked --quiet -p switchboard-bench --bin js-publish-loop 2>/dev/null ||
   log "js-publish-loop does not build; the last binary built (if any) deletes the streams"
@@ -62,6 +65,10 @@ RUNS_BUILT="$(date -r "$BIN/switchboard-runs" '+%F %T')"
 # ---------------------------------------------------------------- processes, cleaned up on exit
 PREFIX="bench$(date +%s)$((RANDOM % 10000))"
 export SB_NATS_PREFIX="$PREFIX"
+# JetStream reserves each stream's and bucket's max_bytes up front (the defaults, 8 GiB a stream,
+# do not fit a disk with less than ~24 GiB free); these hold everything the benchmark publishes.
+export SB_NATS_RUNS_MAX_BYTES=1073741824 SB_NATS_EVENTS_MAX_BYTES=2147483648 \
+  SB_NATS_KV_MAX_BYTES=134217728
 NATS_URL="nats://127.0.0.1:$NATS_PORT"
 MONITOR_URL="http://127.0.0.1:$NATS_MONITOR_PORT"
 RUNS_PID=""
@@ -179,6 +186,18 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     >"$OUT/idle.json" 2>"$OUT/idle.err" || { log "sse-idle failed:"; cat "$OUT/idle.err" >&2; exit 1; }
   stop_runs
 
+  # The same number of streams, one on each of as many runs: an event on every run at once.
+  if [ "${BENCH_SKIP_RUNS_FANOUT:-0}" != 1 ]; then
+    start_runs runs-fanout
+    log "sse-idle: $STREAMS streams of $STREAMS runs, one event on each run"
+    # shellcheck disable=SC2046
+    timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
+      --runs "$STREAMS" --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
+      --fanout-wait-seconds 30 \
+      >"$OUT/idle-runs.json" 2>"$OUT/idle-runs.err" || { log "sse-idle (runs) failed:"; cat "$OUT/idle-runs.err" >&2; exit 1; }
+    stop_runs
+  fi
+
   # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth), and the
   # floor of fan-out: one core NATS subscription to the stored events, each encoded once and
   # written to every stream.
@@ -192,6 +211,22 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
     --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 20 --probe-events 0 --fanout-wait-seconds 2 \
     >"$OUT/idle-bare.json" 2>"$OUT/idle-bare.err" || { log "sse-idle (bare) failed:"; cat "$OUT/idle-bare.err" >&2; exit 1; }
+  kill -TERM "$BARE_PID" 2>/dev/null || true
+  wait "$BARE_PID" 2>/dev/null || true
+  BARE_PID=""
+
+  # The floor of fan-out on this machine: as many streams held by sse-floor, which writes each
+  # event to every socket from one loop (the kernel's TCP and the measuring client, nothing else).
+  BARE_PORT="$(free_port)"
+  "$BIN/sse-floor" "127.0.0.1:$BARE_PORT" --nats-url "$NATS_URL" --prefix "$PREFIX" \
+    >"$OUT/sse-floor.log" 2>&1 &
+  BARE_PID=$!
+  wait_until "sse-floor" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
+  log "sse-idle against the fan-out floor (pid $BARE_PID)"
+  timeout 600 "$BIN/sse-idle" --url "http://127.0.0.1:$BARE_PORT" --token "$TOKEN" --owner "$OWNER" \
+    --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
+    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 --fanout-wait-seconds 2 \
+    >"$OUT/idle-floor.json" 2>"$OUT/idle-floor.err" || { log "sse-idle (floor) failed:"; cat "$OUT/idle-floor.err" >&2; exit 1; }
   kill -TERM "$BARE_PID" 2>/dev/null || true
   wait "$BARE_PID" 2>/dev/null || true
   BARE_PID=""

@@ -82,11 +82,29 @@ if idle:
         b_before, b_held = bs["before"]["runs"]["rss_kib"], bs["held"]["runs"]["rss_kib"]
         print(f"| baseline: bare axum SSE endpoint, same streams: RSS before / holding, per stream | "
               f"{mib(b_before)} / {mib(b_held)}, {(b_held - b_before) / max(bare['streams_opened'], 1):.1f} KiB |")
-        bf = bare["fanout"]
-        if bf["received"]:
-            print(f"| baseline: one event to all of the bare endpoint's streams (one NATS subscription, "
-                  f"encoded once): received, p50 / p99 / last (ms) | {bf['received']:,}, "
-                  f"{ms(bf['latency'], 'p50_ms')} / {ms(bf['latency'], 'p99_ms')} / {bf['last_arrival_ms']:.1f} |")
+        for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
+            bf = bare.get(key)
+            if bf and bf["received"]:
+                print(f"| baseline: {what} to all of the bare endpoint's streams (one NATS subscription, "
+                      f"encoded once): received, p50 / p99 / last (ms) | {bf['received']:,}, "
+                      f"{ms(bf['latency'], 'p50_ms')} / {ms(bf['latency'], 'p99_ms')} / {bf['last_arrival_ms']:.1f} |")
+    floor = load("idle-floor")
+    if floor:
+        for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
+            ff = floor.get(key)
+            if ff and ff["received"]:
+                print(f"| floor: {what} to as many streams written from one loop (sse-floor: the kernel "
+                      f"and the client only): received, p50 / p99 / last (ms) | {ff['received']:,}, "
+                      f"{ms(ff['latency'], 'p50_ms')} / {ms(ff['latency'], 'p99_ms')} / {ff['last_arrival_ms']:.1f} |")
+    many = load("idle-runs")
+    if many:
+        for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
+            fm = many.get(key)
+            if fm:
+                print(f"| {what} on each of {many['runs']:,} runs, one stream each ({fm['received']:,} received; "
+                      f"publishes took {fm['publish_to_ack_ms']:.0f} ms in all): from its run's publish, "
+                      f"p50 / p99 / max (ms) | {ms(fm['latency'], 'p50_ms')} / {ms(fm['latency'], 'p99_ms')} / "
+                      f"{ms(fm['latency'], 'max_ms')} |")
     print(f"| runs open fds holding | {s['held']['runs']['fds']:,} |")
     print(f"| runs CPU while holding | {cpu_runs:.2f} s in {dt:.0f} s ({100 * cpu_runs / dt:.1f}% of a core) |")
     print(f"| nats-server CPU while holding | {nats:.2f} s in {dt:.0f} s |")
@@ -99,7 +117,14 @@ if idle:
           f"{ms(pb, 'p50_ms')} / {ms(pb, 'p99_ms')} / {ms(pb, 'max_ms')} ({pb['count']} events) |")
     print(f"| the same while holding them | {ms(pd, 'p50_ms')} / {ms(pd, 'p99_ms')} / "
           f"{ms(pd, 'max_ms')} ({pd['count']} events) |")
-    print(f"| one event to all {opened:,} streams: received, p50 / p99 / last (ms) | {f['received']:,}, "
+    client = idle.get("client", "http")
+    fl = idle.get("fanout_live")
+    if fl:
+        print(f"| a live event (RUN_STARTED) to all {opened:,} streams, {client} client: received, "
+              f"p50 / p99 / last (ms) | {fl['received']:,}, {ms(fl['latency'], 'p50_ms')} / "
+              f"{ms(fl['latency'], 'p99_ms')} / {fl['last_arrival_ms']:.1f} |")
+    print(f"| the terminal event (after history's write) to all {opened:,} streams, {client} client: "
+          f"received, p50 / p99 / last (ms) | {f['received']:,}, "
           f"{ms(f['latency'], 'p50_ms')} / {ms(f['latency'], 'p99_ms')} / {f['last_arrival_ms']:.1f} |")
     print()
     print("RSS of the runs instance while holding (every 2 s from the end of the opening):")

@@ -85,8 +85,14 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     let traced = Targets::new()
         .with_target("switchboard", LevelFilter::INFO)
         .with_default(LevelFilter::WARN);
+    // Nothing here reads OpenTelemetry's active context (trace ids and propagation go through
+    // the span, `OpenTelemetrySpanExt`), and the busy/idle times of a span are not exported
+    // anywhere we look: both would cost two clock reads and a lock on every enter and exit, which
+    // an event stream's span sees once per event (section 21 of BENCHMARKS.md).
     let otel = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer(config.service))
+        .with_context_activation(false)
+        .with_tracked_inactivity(false)
         .with_filter(traced);
     let logged = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(otel);

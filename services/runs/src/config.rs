@@ -45,9 +45,10 @@ pub struct Config {
     /// default 1 GiB; 0: not bounded); at or past it 403 `quota_exceeded` until threads are
     /// deleted.
     pub owner_history_bytes: u64,
-    /// How often, at least, a waiting event stream reads the run's log again in case a live
-    /// event was lost (`SB_RUNS_STREAM_RECHECK_SECS`, default 60, plus a jitter of up to as much
-    /// again); a NATS reconnection makes it read at once.
+    /// How long a waiting event stream goes without a live event before it reads the run's log
+    /// again in case one was lost (`SB_RUNS_STREAM_RECHECK_SECS`, default 60, plus a jitter of up
+    /// to as much again; checked each time that passes, so at most twice that after its last live
+    /// event); a NATS reconnection makes it read at once.
     pub stream_recheck: std::time::Duration,
 }
 

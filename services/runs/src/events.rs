@@ -324,13 +324,16 @@ impl EventHub {
             _ => {}
         }
         let pending_empty = first.is_none();
+        let recheck = self.recheck + self.recheck.mul_f64(jitter(task_id, after));
         let state = Follow {
             registration,
             history: Arc::clone(&self.history),
             reader,
             last: after,
             pending: first.into_iter().map(SharedEvent::new).collect(),
-            recheck: self.recheck + self.recheck.mul_f64(jitter(task_id, after)),
+            recheck,
+            recheck_timer: Box::pin(tokio::time::sleep(recheck)),
+            heard: false,
             reconnections: platform::nats::reconnections(),
             // An empty log was just read: wait for live events (or the recheck) first.
             read_log: !pending_empty,
@@ -580,6 +583,13 @@ struct Follow {
     /// Events read from the log, not handed out yet.
     pending: std::collections::VecDeque<Arc<SharedEvent>>,
     recheck: Duration,
+    /// Fires every [`Self::recheck`]; the log is read again when nothing came live since it
+    /// last fired. One timer for the reader's life, reset only when it fires: a live event does
+    /// not touch it (10,000 readers of one event made and dropped 10,000 timers, each a lock on
+    /// the runtime's timer wheel).
+    recheck_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// A live event came since the timer last fired.
+    heard: bool,
     /// Whether the log may hold events the live feed did not bring.
     read_log: bool,
     /// Changes when this process's NATS connection came back: live events published meanwhile
@@ -647,6 +657,7 @@ impl Follow {
             tokio::select! {
                 live = live => match live {
                     Ok(event) if event.seq == self.last + 1 => {
+                        self.heard = true;
                         if let Some(event) = self.take(event) {
                             return Some(event);
                         }
@@ -663,7 +674,11 @@ impl Follow {
                     // The hub is gone (the service stops): the log alone, at each recheck.
                     Err(broadcast::error::RecvError::Closed) => self.registration.rx = None,
                 },
-                () = tokio::time::sleep(self.recheck) => self.read_log = true,
+                () = self.recheck_timer.as_mut() => {
+                    let deadline = tokio::time::Instant::now() + self.recheck;
+                    self.recheck_timer.as_mut().reset(deadline);
+                    self.read_log = !std::mem::take(&mut self.heard);
+                }
                 Ok(()) = self.reconnections.changed() => self.read_log = true,
             }
         }

@@ -8,17 +8,28 @@
 //! and the JetStream consumers of the prefix's streams: before, after opening, during the hold
 //! and after the streams ended. While holding, a fresh run streams events to a fresh SSE client
 //! (the same measurement as `sse-latency`, `--probe-events` events at `--probe-rate` per second)
-//! and is compared with the same probe before the streams were opened. At the end one terminal
-//! event on the idle run reaches every held stream (fan-out latency) and ends them.
+//! and is compared with the same probe before the streams were opened. At the end two events on
+//! the idle run reach every held stream (fan-out latency, from the publish to each stream's
+//! receipt): a live one (`RUN_STARTED`, as every token of a reply is), once every stream has it
+//! or `--fanout-wait-seconds` passed, then the terminal one, which the service hands out only
+//! once history has written the run, and which ends the streams.
+//!
+//! The held streams are read straight from their sockets (`--client raw`, [`RawSse`]: one task
+//! and one small buffer each), so that 10,000 of them cost the two shared cores less than the
+//! service they measure; `--client http` reads them with `reqwest` as earlier runs did.
 //!
 //! Prints one JSON line. Every phase is bounded in time.
 //!
 //! Usage: `sse-idle --url URL --token JWT --owner SUB --prefix P --runs-pid PID [--nats-url URL]
 //! [--nats-pid PID] [--monitor-url URL] [--streams N] [--open-concurrency C] [--hold-seconds T]
-//! [--probe-events N] [--probe-rate R] [--fanout-wait-seconds T]`. Against `sse-bare` (the
+//! [--probe-events N] [--probe-rate R] [--fanout-wait-seconds T] [--client raw|http] [--runs N]`.
+//! `--runs N` spreads the streams over N runs (10,000 streams of 10,000 runs: one each), and
+//! publishes the two events on every run, each stream's latency counted from its run's publish. Against `sse-bare` (the
 //! axum-only baseline): `--probe-events 0 --fanout-wait-seconds 2`.
 
 use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -28,7 +39,10 @@ use tokio_util::sync::CancellationToken;
 
 mod sse_common;
 
-use sse_common::{Bench, Frame, LatencySettings, SseReader, measure_latency, micros, summary};
+use sse_common::raw::{RawSse, events_request};
+use sse_common::{
+    Bench, Frame, LatencySettings, Run, SseReader, measure_latency, micros, summary,
+};
 
 struct Settings {
     streams: usize,
@@ -39,8 +53,12 @@ struct Settings {
     nats_pid: Option<u32>,
     nats_port: u16,
     monitor_url: Option<String>,
-    /// How long the held streams may take to receive the final event.
+    /// How long the held streams may take to receive each fanned-out event.
     fanout_wait: Duration,
+    /// Held streams read from their sockets (`raw`) or with `reqwest` (`http`).
+    raw: bool,
+    /// Runs the streams are spread over (one each with `--runs` equal to `--streams`).
+    runs: usize,
 }
 
 #[tokio::main]
@@ -81,6 +99,12 @@ async fn main() -> anyhow::Result<()> {
             "BENCH_FANOUT_WAIT_SECONDS",
             60.0,
         )?),
+        runs: args.parsed("runs", "BENCH_RUNS", 1_usize)?.max(1),
+        raw: match args.get("client", "BENCH_CLIENT").as_deref() {
+            None | Some("raw") => true,
+            Some("http") => false,
+            Some(other) => anyhow::bail!("--client is raw or http, not {other}"),
+        },
     };
     let settings = Settings {
         nats_pid: settings.nats_pid.filter(|&p| p > 0),
@@ -102,9 +126,25 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
     samples.push(sample(bench, settings, "before", start).await);
 
     // ---------------------------------------------------------------- open the idle streams
-    let idle_run = bench
-        .create_run(format!("idle-{}", uuid::Uuid::new_v4()))
+    let idle_runs: Vec<Run> = futures::stream::iter(0..settings.runs)
+        .map(|_| bench.create_run(format!("idle-{}", uuid::Uuid::new_v4())))
+        .buffered(64)
+        .try_collect()
         .await?;
+    let requests = futures::stream::iter(&idle_runs)
+        .then(|run| events_request(bench, run))
+        .try_collect::<Vec<_>>()
+        .await?;
+    if settings.runs > 1 {
+        // History learns of each run from the RUNS stream; the runs service asks it before it
+        // opens a run's stream. The last run created answering is the sign it has them all.
+        let last = idle_runs.last().context("no runs")?;
+        let known_by = Instant::now() + Duration::from_secs(180);
+        while let Err(err) = bench.open_events(last).await {
+            anyhow::ensure!(Instant::now() < known_by, "runs not known within 180 s: {err:#}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     let cancel = CancellationToken::new();
     let opening = Instant::now();
     let open_deadline = opening + Duration::from_secs(180);
@@ -112,22 +152,32 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
     let mut open_errors = 0_u64;
     let mut first_error = None;
     let mut holders = Vec::with_capacity(settings.streams);
+    let live_seen = Arc::new(AtomicUsize::new(0));
     {
-        let run = &idle_run;
+        let (runs, requests, raw) = (&idle_runs, &requests, settings.raw);
         let mut opens = futures::stream::iter(0..settings.streams)
             .take_while(|_| std::future::ready(Instant::now() < open_deadline))
-            .map(|_| async move {
+            .map(|i| async move {
+                let run_index = i % runs.len();
+                let (run, (address, request)) = (&runs[run_index], &requests[run_index]);
                 let began = Instant::now();
-                let response =
-                    tokio::time::timeout(Duration::from_secs(30), bench.open_events(run)).await;
-                (began.elapsed(), response)
+                let open = async {
+                    if raw {
+                        RawSse::open(*address, request).await.map(Reader::Raw)
+                    } else {
+                        bench.open_events(run).await.map(|r| Reader::Http(SseReader::new(r)))
+                    }
+                };
+                let response = tokio::time::timeout(Duration::from_secs(30), open).await;
+                (run_index, began.elapsed(), response)
             })
             .buffer_unordered(settings.open_concurrency);
-        while let Some((took, response)) = opens.next().await {
+        while let Some((run_index, took, response)) = opens.next().await {
             match response {
-                Ok(Ok(response)) => {
+                Ok(Ok(reader)) => {
                     open_latency.push(i64::try_from(took.as_micros()).unwrap_or(i64::MAX));
-                    holders.push(tokio::spawn(hold(SseReader::new(response), cancel.clone())));
+                    let held = hold(reader, Arc::clone(&live_seen), cancel.clone());
+                    holders.push((run_index, tokio::spawn(held)));
                 }
                 Ok(Err(err)) => {
                     open_errors += 1;
@@ -171,16 +221,24 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
     let probe_during = probe(bench, settings, "probe-during").await?;
     let rest = settings.hold.saturating_sub(held_since.elapsed());
     tokio::time::sleep(rest).await;
-    let alive = holders.iter().filter(|h| !h.is_finished()).count();
+    let alive = holders.iter().filter(|(_, h)| !h.is_finished()).count();
     let held_seconds = held_since.elapsed().as_secs_f64();
     samples.push(sample(bench, settings, "held", start).await);
     stop_sampling.cancel();
     let timeline = timeline.await.unwrap_or_default();
 
     // ---------------------------------------------------------------- fan-out, then close
+    // A live event on each run, once every stream has it (or the wait is over) the terminal one;
+    // each stream's latency from its run's publish.
+    let live_sent = Instant::now();
+    let live_starts = publish_each(bench, &idle_runs, 1).await?;
+    let live_acked = Instant::now();
+    let live_deadline = live_sent + settings.fanout_wait;
+    while live_seen.load(Ordering::Relaxed) < opened && Instant::now() < live_deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let sent = Instant::now();
-    let finished = idle_run.finished();
-    bench.publish_event(&idle_run, 1, finished).await?;
+    let starts = publish_each(bench, &idle_runs, 2).await?;
     let acked = Instant::now();
     let cancel_later = cancel.clone();
     let fanout_wait = settings.fanout_wait;
@@ -189,14 +247,20 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
         cancel_later.cancel();
     });
     let mut fanout = Vec::with_capacity(opened);
+    let mut fanout_live = Vec::with_capacity(opened);
     let mut heartbeats = Vec::with_capacity(opened);
     let mut ended_by_server = 0_u64;
     let mut read_errors = 0_u64;
     let mut last_arrival = sent;
-    for holder in holders {
+    let mut last_live_arrival = live_sent;
+    for (run_index, holder) in holders {
         let held = holder.await?;
-        if let Some(at) = held.event_at {
-            fanout.push(micros(sent, at));
+        if let Some(at) = held.live_at {
+            fanout_live.push(micros(live_starts[run_index], at));
+            last_live_arrival = last_live_arrival.max(at);
+        }
+        if let Some(at) = held.end_at {
+            fanout.push(micros(starts[run_index], at));
             last_arrival = last_arrival.max(at);
         }
         heartbeats.push(held.heartbeats);
@@ -205,6 +269,7 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
     }
     cancel.cancel();
     let fanout_received = fanout.len();
+    let fanout_live_received = fanout_live.len();
     tokio::time::sleep(Duration::from_secs(5)).await;
     samples.push(sample(bench, settings, "closed", start).await);
     heartbeats.sort_unstable();
@@ -230,6 +295,14 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
             "min": heartbeat_at(0.0), "p50": heartbeat_at(0.5), "max": heartbeat_at(1.0),
         },
         "read_errors": read_errors,
+        "client": if settings.raw { "raw" } else { "http" },
+        "runs": settings.runs,
+        "fanout_live": {
+            "received": fanout_live_received,
+            "publish_to_ack_ms": micros(live_sent, live_acked) as f64 / 1000.0,
+            "last_arrival_ms": micros(live_sent, last_live_arrival) as f64 / 1000.0,
+            "latency": summary(fanout_live),
+        },
         "fanout": {
             "received": fanout_received,
             "publish_to_ack_ms": micros(sent, acked) as f64 / 1000.0,
@@ -252,20 +325,55 @@ async fn probe(bench: &Bench, settings: &Settings, tag: &str) -> anyhow::Result<
     measure_latency(bench, &settings.probe, tag).await
 }
 
+/// Publishes event `seq` of every run (`RUN_STARTED`, or `RUN_FINISHED` for 2), 256 at a time,
+/// each awaiting its ack; returns when each publish began, by run.
+async fn publish_each(bench: &Bench, runs: &[Run], seq: u64) -> anyhow::Result<Vec<Instant>> {
+    let mut starts = vec![Instant::now(); runs.len()];
+    let mut publishes = futures::stream::iter(runs.iter().enumerate())
+        .map(|(i, run)| async move {
+            let event = if seq == 1 { run.event(1, 3) } else { run.finished() };
+            let began = Instant::now();
+            bench.publish_event(run, seq, event).await.map(|()| (i, began))
+        })
+        .buffer_unordered(256);
+    while let Some(published) = publishes.next().await {
+        let (i, began) = published?;
+        starts[i] = began;
+    }
+    Ok(starts)
+}
+
+/// A held stream, read from its socket or with `reqwest`.
+enum Reader {
+    Raw(RawSse),
+    Http(SseReader),
+}
+
+impl Reader {
+    async fn next(&mut self) -> anyhow::Result<Option<(Instant, Vec<Frame>)>> {
+        match self {
+            Self::Raw(reader) => reader.next().await,
+            Self::Http(reader) => reader.next().await,
+        }
+    }
+}
+
 /// What one held stream saw.
 struct Held {
     heartbeats: u64,
-    /// Arrival of the first event.
-    event_at: Option<Instant>,
+    /// Arrival of the live event (id 1) and of the terminal one (id 2).
+    live_at: Option<Instant>,
+    end_at: Option<Instant>,
     /// The server ended the stream.
     ended: bool,
     error: bool,
 }
 
-async fn hold(mut reader: SseReader, cancel: CancellationToken) -> Held {
+async fn hold(mut reader: Reader, live_seen: Arc<AtomicUsize>, cancel: CancellationToken) -> Held {
     let mut held = Held {
         heartbeats: 0,
-        event_at: None,
+        live_at: None,
+        end_at: None,
         ended: false,
         error: false,
     };
@@ -276,8 +384,14 @@ async fn hold(mut reader: SseReader, cancel: CancellationToken) -> Held {
                     for frame in frames {
                         match frame {
                             Frame::Comment => held.heartbeats += 1,
+                            Frame::Event { id: 1, .. } => {
+                                if held.live_at.is_none() {
+                                    held.live_at = Some(at);
+                                    live_seen.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
                             Frame::Event { .. } => {
-                                held.event_at.get_or_insert(at);
+                                held.end_at.get_or_insert(at);
                             }
                         }
                     }

@@ -184,22 +184,10 @@ async fn read_all(mut reader: SseReader) -> anyhow::Result<Arrivals> {
 /// A client that asks for the run's events over a socket with a 4 KiB receive buffer, reads the
 /// response head and then nothing.
 async fn open_slow(bench: &Bench, run: &Run) -> anyhow::Result<tokio::net::TcpStream> {
-    let authority = bench
-        .base_url
-        .strip_prefix("http://")
-        .context("the runs URL is not http://")?;
-    let address = tokio::net::lookup_host(authority)
-        .await?
-        .next()
-        .context("the runs URL has no address")?;
+    let (address, request) = sse_common::raw::events_request(bench, run).await?;
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.set_recv_buffer_size(4096)?;
     let mut stream = socket.connect(address).await?;
-    let request = format!(
-        "GET /api/v1/agent/runs/{}/events HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer \
-         {}\r\nAccept: text/event-stream\r\n\r\n",
-        run.run_id, bench.token
-    );
     stream.write_all(request.as_bytes()).await?;
     // The head, and no more than it (a byte at a time: the body stays unread in the socket).
     let mut head = Vec::new();
