@@ -165,6 +165,25 @@ json.dump(result, open(path + ".json", "w"))
 PY
 }
 
+# baseline BIN NAME HOLD WHAT: as many idle streams as the runs service held, on the baseline
+# server BIN (given the NATS prefix), held HOLD seconds, then the two events fanned out to them;
+# $OUT/NAME.json gets sse-idle's line.
+baseline() {
+  local bin="$1" name="$2" hold="$3" what="$4"
+  BARE_PORT="$(free_port)"
+  "$BIN/$bin" "127.0.0.1:$BARE_PORT" --nats-url "$NATS_URL" --prefix "$PREFIX" >"$OUT/$bin.log" 2>&1 &
+  BARE_PID=$!
+  wait_until "$bin" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
+  log "sse-idle against $what (pid $BARE_PID)"
+  timeout 600 "$BIN/sse-idle" --url "http://127.0.0.1:$BARE_PORT" --token "$TOKEN" --owner "$OWNER" \
+    --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
+    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds "$hold" --probe-events 0 --fanout-wait-seconds 2 \
+    >"$OUT/$name.json" 2>"$OUT/$name.err" || { log "sse-idle ($what) failed:"; cat "$OUT/$name.err" >&2; exit 1; }
+  kill -TERM "$BARE_PID" 2>/dev/null || true
+  wait "$BARE_PID" 2>/dev/null || true
+  BARE_PID=""
+}
+
 # ---------------------------------------------------------------- 1. latency
 if [ "${BENCH_SKIP_LATENCY:-0}" != 1 ]; then
   start_runs runs-latency
@@ -198,38 +217,12 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     stop_runs
   fi
 
-  # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth), and the
-  # floor of fan-out: one core NATS subscription to the stored events, each encoded once and
-  # written to every stream.
-  BARE_PORT="$(free_port)"
-  "$BIN/sse-bare" "127.0.0.1:$BARE_PORT" --nats-url "$NATS_URL" --prefix "$PREFIX" \
-    >"$OUT/sse-bare.log" 2>&1 &
-  BARE_PID=$!
-  wait_until "sse-bare" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
-  log "sse-idle against the bare axum baseline (pid $BARE_PID)"
-  timeout 600 "$BIN/sse-idle" --url "http://127.0.0.1:$BARE_PORT" --token "$TOKEN" --owner "$OWNER" \
-    --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
-    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 20 --probe-events 0 --fanout-wait-seconds 2 \
-    >"$OUT/idle-bare.json" 2>"$OUT/idle-bare.err" || { log "sse-idle (bare) failed:"; cat "$OUT/idle-bare.err" >&2; exit 1; }
-  kill -TERM "$BARE_PID" 2>/dev/null || true
-  wait "$BARE_PID" 2>/dev/null || true
-  BARE_PID=""
-
-  # The floor of fan-out on this machine: as many streams held by sse-floor, which writes each
-  # event to every socket from one loop (the kernel's TCP and the measuring client, nothing else).
-  BARE_PORT="$(free_port)"
-  "$BIN/sse-floor" "127.0.0.1:$BARE_PORT" --nats-url "$NATS_URL" --prefix "$PREFIX" \
-    >"$OUT/sse-floor.log" 2>&1 &
-  BARE_PID=$!
-  wait_until "sse-floor" 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$BARE_PORT"
-  log "sse-idle against the fan-out floor (pid $BARE_PID)"
-  timeout 600 "$BIN/sse-idle" --url "http://127.0.0.1:$BARE_PORT" --token "$TOKEN" --owner "$OWNER" \
-    --prefix "$PREFIX" --nats-url "$NATS_URL" --runs-pid "$BARE_PID" --streams "$STREAMS" \
-    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 --fanout-wait-seconds 2 \
-    >"$OUT/idle-floor.json" 2>"$OUT/idle-floor.err" || { log "sse-idle (floor) failed:"; cat "$OUT/idle-floor.err" >&2; exit 1; }
-  kill -TERM "$BARE_PID" 2>/dev/null || true
-  wait "$BARE_PID" 2>/dev/null || true
-  BARE_PID=""
+  # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth), with
+  # one core NATS subscription to the stored events, each encoded once and written to every
+  # stream. Then the floor of fan-out on this machine: sse-floor writes each event to every socket
+  # from a loop (the kernel's TCP and the measuring client, nothing else).
+  baseline sse-bare idle-bare 20 "the bare axum baseline"
+  baseline sse-floor idle-floor 5 "the fan-out floor"
 fi
 
 # ---------------------------------------------------------------- 3. idle WebSockets

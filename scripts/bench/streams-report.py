@@ -47,6 +47,15 @@ if rows:
               f"{r['missing_sse']} | {r['order_errors']} |")
     print()
 
+def fanout_rows(result, label):
+    """The rows of a baseline's two fanned-out events (`label` names the event as {what})."""
+    for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
+        f = result.get(key)
+        if f and f["received"]:
+            print(f"| {label.format(what=what)}: received, p50 / p99 / last (ms) | {f['received']:,}, "
+                  f"{ms(f['latency'], 'p50_ms')} / {ms(f['latency'], 'p99_ms')} / {f['last_arrival_ms']:.1f} |")
+
+
 idle = load("idle")
 if idle:
     s = {x["label"]: x for x in idle["samples"]}
@@ -82,20 +91,12 @@ if idle:
         b_before, b_held = bs["before"]["runs"]["rss_kib"], bs["held"]["runs"]["rss_kib"]
         print(f"| baseline: bare axum SSE endpoint, same streams: RSS before / holding, per stream | "
               f"{mib(b_before)} / {mib(b_held)}, {(b_held - b_before) / max(bare['streams_opened'], 1):.1f} KiB |")
-        for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
-            bf = bare.get(key)
-            if bf and bf["received"]:
-                print(f"| baseline: {what} to all of the bare endpoint's streams (one NATS subscription, "
-                      f"encoded once): received, p50 / p99 / last (ms) | {bf['received']:,}, "
-                      f"{ms(bf['latency'], 'p50_ms')} / {ms(bf['latency'], 'p99_ms')} / {bf['last_arrival_ms']:.1f} |")
+        fanout_rows(bare, "baseline: {what} to all of the bare endpoint's streams (one NATS subscription, "
+                          "encoded once)")
     floor = load("idle-floor")
     if floor:
-        for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
-            ff = floor.get(key)
-            if ff and ff["received"]:
-                print(f"| floor: {what} to as many streams written from one loop (sse-floor: the kernel "
-                      f"and the client only): received, p50 / p99 / last (ms) | {ff['received']:,}, "
-                      f"{ms(ff['latency'], 'p50_ms')} / {ms(ff['latency'], 'p99_ms')} / {ff['last_arrival_ms']:.1f} |")
+        fanout_rows(floor, "floor: {what} to as many streams written from a loop (sse-floor: the kernel "
+                           "and the client only)")
     many = load("idle-runs")
     if many:
         for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):

@@ -24,8 +24,9 @@
 //! [--nats-pid PID] [--monitor-url URL] [--streams N] [--open-concurrency C] [--hold-seconds T]
 //! [--probe-events N] [--probe-rate R] [--fanout-wait-seconds T] [--client raw|http] [--runs N]`.
 //! `--runs N` spreads the streams over N runs (10,000 streams of 10,000 runs: one each), and
-//! publishes the two events on every run, each stream's latency counted from its run's publish. Against `sse-bare` (the
-//! axum-only baseline): `--probe-events 0 --fanout-wait-seconds 2`.
+//! publishes the two events on every run, each stream's latency counted from its run's publish.
+//! Against `sse-bare` (the axum-only baseline) or `sse-floor`: `--probe-events 0
+//! --fanout-wait-seconds 2`.
 
 use std::io::Write as _;
 use std::sync::Arc;
