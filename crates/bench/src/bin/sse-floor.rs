@@ -31,7 +31,11 @@ async fn main() -> anyhow::Result<()> {
     let url = args
         .get("nats-url", "BENCH_NATS_URL")
         .context("--nats-url is required")?;
-    let names = Names::new(&args.get("prefix", "BENCH_PREFIX").context("--prefix is required")?)?;
+    let names = Names::new(
+        &args
+            .get("prefix", "BENCH_PREFIX")
+            .context("--prefix is required")?,
+    )?;
     let threads = args
         .parsed(
             "threads",
@@ -46,7 +50,10 @@ async fn main() -> anyhow::Result<()> {
         std::thread::spawn(move || {
             for socket in listener.incoming().flatten() {
                 if let Ok(socket) = answer(socket) {
-                    sockets.lock().unwrap_or_else(|e| e.into_inner()).push(socket);
+                    sockets
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(socket);
                 }
             }
         });

@@ -41,9 +41,7 @@ use tokio_util::sync::CancellationToken;
 mod sse_common;
 
 use sse_common::raw::{RawSse, events_request};
-use sse_common::{
-    Bench, Frame, LatencySettings, Run, SseReader, measure_latency, micros, summary,
-};
+use sse_common::{Bench, Frame, LatencySettings, Run, SseReader, measure_latency, micros, summary};
 
 struct Settings {
     streams: usize,
@@ -142,7 +140,10 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
         let last = idle_runs.last().context("no runs")?;
         let known_by = Instant::now() + Duration::from_secs(180);
         while let Err(err) = bench.open_events(last).await {
-            anyhow::ensure!(Instant::now() < known_by, "runs not known within 180 s: {err:#}");
+            anyhow::ensure!(
+                Instant::now() < known_by,
+                "runs not known within 180 s: {err:#}"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -166,7 +167,10 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
                     if raw {
                         RawSse::open(*address, request).await.map(Reader::Raw)
                     } else {
-                        bench.open_events(run).await.map(|r| Reader::Http(SseReader::new(r)))
+                        bench
+                            .open_events(run)
+                            .await
+                            .map(|r| Reader::Http(SseReader::new(r)))
                     }
                 };
                 let response = tokio::time::timeout(Duration::from_secs(30), open).await;
@@ -332,9 +336,16 @@ async fn publish_each(bench: &Bench, runs: &[Run], seq: u64) -> anyhow::Result<V
     let mut starts = vec![Instant::now(); runs.len()];
     let mut publishes = futures::stream::iter(runs.iter().enumerate())
         .map(|(i, run)| async move {
-            let event = if seq == 1 { run.event(1, 3) } else { run.finished() };
+            let event = if seq == 1 {
+                run.event(1, 3)
+            } else {
+                run.finished()
+            };
             let began = Instant::now();
-            bench.publish_event(run, seq, event).await.map(|()| (i, began))
+            bench
+                .publish_event(run, seq, event)
+                .await
+                .map(|()| (i, began))
         })
         .buffer_unordered(256);
     while let Some(published) = publishes.next().await {
