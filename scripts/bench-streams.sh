@@ -25,7 +25,8 @@
 #
 # Settings (environment): BENCH_STREAMS (10000), BENCH_HOLD_SECONDS (45), BENCH_OPEN_CONCURRENCY
 # (64), BENCH_SKIP_LATENCY=1 / BENCH_SKIP_IDLE=1 / BENCH_SKIP_WS=1 / BENCH_SKIP_SLOW=1 to skip a
-# part, BENCH_SKIP_RUNS_FANOUT=1 to skip the streams-of-as-many-runs pass of part 2, BENCH_ALLOW_STALE_RUNS=1 to
+# part, BENCH_SKIP_RUNS_FANOUT=1 / BENCH_SKIP_THREAD_FANOUT=1 to skip the streams-of-as-many-runs
+# / streams-of-one-thread pass of part 2, BENCH_ALLOW_STALE_RUNS=1 to
 # measure the last switchboard-runs binary built when the tree does not build, BENCH_RUNS_WRAPPER
 # (a command the runs service is started under, e.g. `heaptrack -o /tmp/runs`; the RSS figures are
 # then those of the wrapper, not of the service).
@@ -214,6 +215,19 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
       --runs "$STREAMS" --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
       --fanout-wait-seconds 30 \
       >"$OUT/idle-runs.json" 2>"$OUT/idle-runs.err" || { log "sse-idle (runs) failed:"; cat "$OUT/idle-runs.err" >&2; exit 1; }
+    stop_runs
+  fi
+
+  # As many streams of one run's thread (the run made the thread's active one): what every tab of
+  # a conversation follows.
+  if [ "${BENCH_SKIP_THREAD_FANOUT:-0}" != 1 ]; then
+    start_runs runs-thread
+    log "sse-idle: $STREAMS streams of one thread"
+    # shellcheck disable=SC2046
+    timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
+      --stream thread --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
+      --fanout-wait-seconds 30 \
+      >"$OUT/idle-thread.json" 2>"$OUT/idle-thread.err" || { log "sse-idle (thread) failed:"; cat "$OUT/idle-thread.err" >&2; exit 1; }
     stop_runs
   fi
 

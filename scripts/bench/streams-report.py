@@ -97,6 +97,10 @@ if idle:
     if floor:
         fanout_rows(floor, "floor: {what} to as many streams written from a loop (sse-floor: the kernel "
                            "and the client only)")
+    thread = load("idle-thread")
+    if thread:
+        fanout_rows(thread, "{what} to " + f"{thread['streams_opened']:,} streams of one thread "
+                    f"(opened with {thread['open_errors']} errors; its run the active one)")
     many = load("idle-runs")
     if many:
         for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):

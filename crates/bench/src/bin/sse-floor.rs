@@ -7,8 +7,8 @@
 //! event is followed by the last chunk and the sockets are closed. No heartbeats, no auth, no
 //! routes: not a server, a measure of the kernel and the client.
 //!
-//! Usage: `sse-floor ADDR --nats-url URL --prefix PREFIX [--threads N]`; runs until killed. Prints, for each
-//! event, how long the loop took to write it to every socket (stderr).
+//! Usage: `sse-floor ADDR --nats-url URL --prefix PREFIX [--threads N]`; runs until killed.
+//! Prints, for each event, how long the loop took to write it to every socket (stderr).
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};

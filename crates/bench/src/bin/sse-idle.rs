@@ -22,11 +22,14 @@
 //!
 //! Usage: `sse-idle --url URL --token JWT --owner SUB --prefix P --runs-pid PID [--nats-url URL]
 //! [--nats-pid PID] [--monitor-url URL] [--streams N] [--open-concurrency C] [--hold-seconds T]
-//! [--probe-events N] [--probe-rate R] [--fanout-wait-seconds T] [--client raw|http] [--runs N]`.
+//! [--probe-events N] [--probe-rate R] [--fanout-wait-seconds T] [--client raw|http] [--runs N]
+//! [--stream run|thread]`.
 //! `--runs N` spreads the streams over N runs (10,000 streams of 10,000 runs: one each), and
 //! publishes the two events on every run, each stream's latency counted from its run's publish.
-//! Against `sse-bare` (the axum-only baseline) or `sse-floor`: `--probe-events 0
-//! --fanout-wait-seconds 2`.
+//! `--stream thread` (with one run and `--client raw`) holds streams of the run's thread
+//! instead, the run made the thread's active one first (as the runs service's acceptance does):
+//! what every tab of a conversation follows. Against `sse-bare` (the axum-only baseline) or
+//! `sse-floor`: `--probe-events 0 --fanout-wait-seconds 2`.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -40,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 mod sse_common;
 
-use sse_common::raw::{RawSse, events_request};
+use sse_common::raw::{RawSse, events_request, thread_request};
 use sse_common::{Bench, Frame, LatencySettings, Run, SseReader, measure_latency, micros, summary};
 
 struct Settings {
@@ -58,6 +61,9 @@ struct Settings {
     raw: bool,
     /// Runs the streams are spread over (one each with `--runs` equal to `--streams`).
     runs: usize,
+    /// The streams are of the run's thread (`--stream thread`: `GET
+    /// /api/v1/agent/threads/{threadId}/events`), the run made the thread's active one first.
+    thread: bool,
 }
 
 #[tokio::main]
@@ -99,12 +105,21 @@ async fn main() -> anyhow::Result<()> {
             60.0,
         )?),
         runs: args.parsed("runs", "BENCH_RUNS", 1_usize)?.max(1),
+        thread: match args.get("stream", "BENCH_STREAM").as_deref() {
+            None | Some("run") => false,
+            Some("thread") => true,
+            Some(other) => anyhow::bail!("--stream is run or thread, not {other}"),
+        },
         raw: match args.get("client", "BENCH_CLIENT").as_deref() {
             None | Some("raw") => true,
             Some("http") => false,
             Some(other) => anyhow::bail!("--client is raw or http, not {other}"),
         },
     };
+    anyhow::ensure!(
+        !settings.thread || (settings.raw && settings.runs == 1),
+        "--stream thread goes with --client raw and one run"
+    );
     let settings = Settings {
         nats_pid: settings.nats_pid.filter(|&p| p > 0),
         ..settings
@@ -131,7 +146,14 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
         .try_collect()
         .await?;
     let requests = futures::stream::iter(&idle_runs)
-        .then(|run| events_request(bench, run))
+        .then(|run| async move {
+            if settings.thread {
+                bench.lock_thread(run).await?;
+                thread_request(bench, run).await
+            } else {
+                events_request(bench, run).await
+            }
+        })
         .try_collect::<Vec<_>>()
         .await?;
     if settings.runs > 1 {
@@ -302,6 +324,7 @@ async fn run(bench: &Bench, settings: &Settings) -> anyhow::Result<Value> {
         "read_errors": read_errors,
         "client": if settings.raw { "raw" } else { "http" },
         "runs": settings.runs,
+        "thread": settings.thread,
         "fanout_live": {
             "received": fanout_live_received,
             "publish_to_ack_ms": micros(live_sent, live_acked) as f64 / 1000.0,
@@ -402,9 +425,11 @@ async fn hold(mut reader: Reader, live_seen: Arc<AtomicUsize>, cancel: Cancellat
                                     live_seen.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
-                            Frame::Event { .. } => {
+                            Frame::Event { id: 2, .. } => {
                                 held.end_at.get_or_insert(at);
                             }
+                            // A thread stream's snapshot (its run's event 0).
+                            Frame::Event { .. } => {}
                         }
                     }
                 }

@@ -129,6 +129,26 @@ impl Bench {
         Ok(response)
     }
 
+    /// Makes `run` its thread's active run as the runs service's acceptance does (the thread's
+    /// lock, its task marked in the RUNS stream): a thread stream opened then follows its events.
+    pub async fn lock_thread(&self, run: &Run) -> anyhow::Result<()> {
+        let locks = self
+            .js
+            .get_key_value(self.names.thread_locks_bucket())
+            .await
+            .context("the thread locks bucket")?;
+        let lock = platform::lifecycle::ThreadLock {
+            task_id: run.task_id,
+            run_key: String::new(),
+            status_key: String::new(),
+            published: true,
+            claimed_at: Utc::now(),
+        };
+        let key = protocol::messaging::thread_lock_key(&run.owner, &run.thread_id);
+        locks.put(key, serde_json::to_vec(&lock)?.into()).await?;
+        Ok(())
+    }
+
     /// Publishes event `seq` of `run` as the worker does and waits for JetStream's ack.
     pub async fn publish_event(&self, run: &Run, seq: u64, event: Event) -> anyhow::Result<()> {
         let payload = run.event_payload(seq, event)?;
@@ -213,7 +233,8 @@ impl Run {
 
 /// One server-sent event frame.
 pub enum Frame {
-    /// An event: its `id` (the run's seq) and whether its `data` was a JSON object.
+    /// An event: its run's seq (its `id`, or the `<seq>` of a thread stream's `<taskId>:<seq>`)
+    /// and whether its `data` was a JSON object.
     Event { id: u64, json: bool },
     /// A comment (the service's heartbeat).
     Comment,
@@ -252,7 +273,8 @@ fn frames(parsed: Vec<protocol::sse::SseFrame>) -> Vec<Frame> {
         .filter_map(|frame| match frame {
             protocol::sse::SseFrame::Comment => Some(Frame::Comment),
             protocol::sse::SseFrame::Event(event) => Some(Frame::Event {
-                id: event.id?.parse().ok()?,
+                // A run stream's ids are its seqs, a thread stream's `<taskId>:<seq>`.
+                id: event.id?.rsplit(':').next()?.parse().ok()?,
                 // Checked without building it: a measuring client's work delays its next read.
                 json: event.data.starts_with('{')
                     && serde_json::from_str::<&serde_json::value::RawValue>(&event.data).is_ok(),

@@ -18,6 +18,16 @@ use super::{Bench, Frame, Run, frames};
 
 /// The runs service's address and a `GET` of `run`'s event stream, as a client sends it.
 pub async fn events_request(bench: &Bench, run: &Run) -> anyhow::Result<(SocketAddr, String)> {
+    stream_request(bench, &format!("/api/v1/agent/runs/{}/events", run.run_id)).await
+}
+
+/// [`events_request`] for the stream of `run`'s thread.
+pub async fn thread_request(bench: &Bench, run: &Run) -> anyhow::Result<(SocketAddr, String)> {
+    stream_request(bench, &format!("/api/v1/agent/threads/{}/events", run.thread_id)).await
+}
+
+/// The runs service's address and a `GET` of the event stream at `path`.
+async fn stream_request(bench: &Bench, path: &str) -> anyhow::Result<(SocketAddr, String)> {
     let authority = bench
         .base_url
         .strip_prefix("http://")
@@ -27,9 +37,9 @@ pub async fn events_request(bench: &Bench, run: &Run) -> anyhow::Result<(SocketA
         .next()
         .context("the runs URL has no address")?;
     let request = format!(
-        "GET /api/v1/agent/runs/{}/events HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer \
-         {}\r\nAccept: text/event-stream\r\n\r\n",
-        run.run_id, bench.token
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\nAccept: \
+         text/event-stream\r\n\r\n",
+        bench.token
     );
     Ok((address, request))
 }
