@@ -23,7 +23,11 @@ pub async fn events_request(bench: &Bench, run: &Run) -> anyhow::Result<(SocketA
 
 /// [`events_request`] for the stream of `run`'s thread.
 pub async fn thread_request(bench: &Bench, run: &Run) -> anyhow::Result<(SocketAddr, String)> {
-    stream_request(bench, &format!("/api/v1/agent/threads/{}/events", run.thread_id)).await
+    stream_request(
+        bench,
+        &format!("/api/v1/agent/threads/{}/events", run.thread_id),
+    )
+    .await
 }
 
 /// The runs service's address and a `GET` of the event stream at `path`.
