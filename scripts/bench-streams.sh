@@ -206,6 +206,20 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
     >"$OUT/idle.json" 2>"$OUT/idle.err" || { log "sse-idle failed:"; cat "$OUT/idle.err" >&2; exit 1; }
   stop_runs
 
+  # As many streams of one run's thread (the run made the thread's active one): what every tab of
+  # a conversation follows. Before the pass of many runs, which leaves history minutes of writes
+  # behind (its run ends would wait for them).
+  if [ "${BENCH_SKIP_THREAD_FANOUT:-0}" != 1 ]; then
+    start_runs runs-thread
+    log "sse-idle: $STREAMS streams of one thread"
+    # shellcheck disable=SC2046
+    timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
+      --stream thread --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
+      --fanout-wait-seconds 30 \
+      >"$OUT/idle-thread.json" 2>"$OUT/idle-thread.err" || { log "sse-idle (thread) failed:"; cat "$OUT/idle-thread.err" >&2; exit 1; }
+    stop_runs
+  fi
+
   # The same number of streams, one on each of as many runs: an event on every run at once.
   if [ "${BENCH_SKIP_RUNS_FANOUT:-0}" != 1 ]; then
     start_runs runs-fanout
@@ -215,19 +229,6 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
       --runs "$STREAMS" --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
       --fanout-wait-seconds 30 \
       >"$OUT/idle-runs.json" 2>"$OUT/idle-runs.err" || { log "sse-idle (runs) failed:"; cat "$OUT/idle-runs.err" >&2; exit 1; }
-    stop_runs
-  fi
-
-  # As many streams of one run's thread (the run made the thread's active one): what every tab of
-  # a conversation follows.
-  if [ "${BENCH_SKIP_THREAD_FANOUT:-0}" != 1 ]; then
-    start_runs runs-thread
-    log "sse-idle: $STREAMS streams of one thread"
-    # shellcheck disable=SC2046
-    timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
-      --stream thread --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
-      --fanout-wait-seconds 30 \
-      >"$OUT/idle-thread.json" 2>"$OUT/idle-thread.err" || { log "sse-idle (thread) failed:"; cat "$OUT/idle-thread.err" >&2; exit 1; }
     stop_runs
   fi
 
