@@ -166,6 +166,22 @@ json.dump(result, open(path + ".json", "w"))
 PY
 }
 
+# fanout_pass NAME WHAT ARGS...: a fresh runs instance holding as many streams as sse-idle's ARGS
+# say (held 5 s, no probe), then the two events fanned out to them; $OUT/idle-NAME.json gets
+# sse-idle's line.
+fanout_pass() {
+  local name="$1" what="$2"
+  shift 2
+  start_runs "runs-$name"
+  log "sse-idle: $what"
+  # shellcheck disable=SC2046
+  timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
+    --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 --fanout-wait-seconds 30 \
+    "$@" >"$OUT/idle-$name.json" 2>"$OUT/idle-$name.err" ||
+    { log "sse-idle ($what) failed:"; cat "$OUT/idle-$name.err" >&2; exit 1; }
+  stop_runs
+}
+
 # baseline BIN NAME HOLD WHAT: as many idle streams as the runs service held, on the baseline
 # server BIN (given the NATS prefix), held HOLD seconds, then the two events fanned out to them;
 # $OUT/NAME.json gets sse-idle's line.
@@ -209,28 +225,11 @@ if [ "${BENCH_SKIP_IDLE:-0}" != 1 ]; then
   # As many streams of one run's thread (the run made the thread's active one): what every tab of
   # a conversation follows. Before the pass of many runs, which leaves history minutes of writes
   # behind (its run ends would wait for them).
-  if [ "${BENCH_SKIP_THREAD_FANOUT:-0}" != 1 ]; then
-    start_runs runs-thread
-    log "sse-idle: $STREAMS streams of one thread"
-    # shellcheck disable=SC2046
-    timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
-      --stream thread --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
-      --fanout-wait-seconds 30 \
-      >"$OUT/idle-thread.json" 2>"$OUT/idle-thread.err" || { log "sse-idle (thread) failed:"; cat "$OUT/idle-thread.err" >&2; exit 1; }
-    stop_runs
-  fi
-
+  [ "${BENCH_SKIP_THREAD_FANOUT:-0}" = 1 ] ||
+    fanout_pass thread "$STREAMS streams of one thread" --stream thread
   # The same number of streams, one on each of as many runs: an event on every run at once.
-  if [ "${BENCH_SKIP_RUNS_FANOUT:-0}" != 1 ]; then
-    start_runs runs-fanout
-    log "sse-idle: $STREAMS streams of $STREAMS runs, one event on each run"
-    # shellcheck disable=SC2046
-    timeout 900 "$BIN/sse-idle" $(common_args) --runs-pid "$RUNS_PID" --streams "$STREAMS" \
-      --runs "$STREAMS" --open-concurrency "$OPEN_CONCURRENCY" --hold-seconds 5 --probe-events 0 \
-      --fanout-wait-seconds 30 \
-      >"$OUT/idle-runs.json" 2>"$OUT/idle-runs.err" || { log "sse-idle (runs) failed:"; cat "$OUT/idle-runs.err" >&2; exit 1; }
-    stop_runs
-  fi
+  [ "${BENCH_SKIP_RUNS_FANOUT:-0}" = 1 ] ||
+    fanout_pass runs "$STREAMS streams of $STREAMS runs, one event on each run" --runs "$STREAMS"
 
   # Baseline: as many idle streams on a bare axum SSE endpoint (same heartbeat; no auth), with
   # one core NATS subscription to the stored events, each encoded once and written to every
