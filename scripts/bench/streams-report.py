@@ -48,10 +48,11 @@ if rows:
     print()
 
 def fanout_rows(result, label):
-    """The rows of a baseline's two fanned-out events (`label` names the event as {what})."""
+    """The rows of an sse-idle result's two fanned-out events (`label` names the event as {what});
+    an event none of the streams received shows as 0, n/a."""
     for key, what in (("fanout_live", "a live event"), ("fanout", "the terminal event")):
         f = result.get(key)
-        if f and f["received"]:
+        if f:
             print(f"| {label.format(what=what)}: received, p50 / p99 / last (ms) | {f['received']:,}, "
                   f"{ms(f['latency'], 'p50_ms')} / {ms(f['latency'], 'p99_ms')} / {f['last_arrival_ms']:.1f} |")
 
@@ -71,7 +72,6 @@ if idle:
                else None)
     cons = lambda label: (s[label]["consumers"] or {}).get("total") if isinstance(s[label]["consumers"], dict) else s[label]["consumers"]
     pb, pd = idle["probe_before"]["sse_after_publish"], idle["probe_during"]["sse_after_publish"]
-    f = idle["fanout"]
     hb = idle["heartbeats_per_stream"]
     mib = lambda kib: f"{kib / 1024:.1f} MiB"
     print(f"Idle streams: one runs instance, {opened:,} SSE streams on one run, held {idle['held_seconds']:.0f} s:")
@@ -122,15 +122,7 @@ if idle:
           f"{ms(pb, 'p50_ms')} / {ms(pb, 'p99_ms')} / {ms(pb, 'max_ms')} ({pb['count']} events) |")
     print(f"| the same while holding them | {ms(pd, 'p50_ms')} / {ms(pd, 'p99_ms')} / "
           f"{ms(pd, 'max_ms')} ({pd['count']} events) |")
-    client = idle.get("client", "http")
-    fl = idle.get("fanout_live")
-    if fl:
-        print(f"| a live event (RUN_STARTED) to all {opened:,} streams, {client} client: received, "
-              f"p50 / p99 / last (ms) | {fl['received']:,}, {ms(fl['latency'], 'p50_ms')} / "
-              f"{ms(fl['latency'], 'p99_ms')} / {fl['last_arrival_ms']:.1f} |")
-    print(f"| the terminal event (after history's write) to all {opened:,} streams, {client} client: "
-          f"received, p50 / p99 / last (ms) | {f['received']:,}, "
-          f"{ms(f['latency'], 'p50_ms')} / {ms(f['latency'], 'p99_ms')} / {f['last_arrival_ms']:.1f} |")
+    fanout_rows(idle, "{what} to all " + f"{opened:,} streams, {idle.get('client', 'http')} client")
     print()
     print("RSS of the runs instance while holding (every 2 s from the end of the opening):")
     print(" ".join(f"{p['t_s']:.0f}s={p['rss_kib'] / 1024:.0f}MiB" for p in idle["timeline"]))
