@@ -12,7 +12,7 @@ use test_support::Infra;
 
 use crate::gateway::{Gateway, Upstreams, workspace_root};
 use crate::netns::Netns;
-use crate::{EVENTUAL, binary_env, free_port, start_binary, wait_http_ok};
+use crate::{EVENTUAL, binary_env, free_port, start_binary_logging, wait_http_ok};
 
 /// The nats-server binary: `SB_TEST_NATS_SERVER`, the one `scripts/infra.sh` installed, or
 /// the one on the `PATH`.
@@ -269,9 +269,10 @@ impl Drop for NatsCluster {
                 let _ = child.wait();
             }
         }
-        // A failed test leaves the nodes' logs (permission violations are logged there).
+        // A failed test leaves the nodes' logs (permission violations are logged there) and
+        // those of a fleet's services.
         if std::thread::panicking() || std::env::var_os("SB_TEST_KEEP_NATS_LOGS").is_some() {
-            eprintln!("NATS cluster logs kept in {}", self.dir.display());
+            eprintln!("NATS cluster (and fleet) logs kept in {}", self.dir.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -417,7 +418,17 @@ impl Fleet {
         let mut env = self.env.clone();
         env.push(("SB_NATS_USER".into(), replica.service.to_owned()));
         env.push(("SB_NATS_PASSWORD".into(), password(replica.service)));
-        let child = start_binary(replica.service, replica.port, &env)?;
+        // Its log lines go beside the nodes' logs, kept when a test fails.
+        let service = replica.service;
+        let same = self.replicas[..index]
+            .iter()
+            .filter(|r| r.service == service)
+            .count();
+        let logs = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.nats.dir.join(format!("{service}-{same}.log")))?;
+        let child = start_binary_logging(service, replica.port, &env, logs.into())?;
         self.replicas[index].child = Some(child);
         Ok(())
     }

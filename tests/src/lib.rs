@@ -792,13 +792,23 @@ pub(crate) fn start_binary(
     port: u16,
     env: &[(String, String)],
 ) -> anyhow::Result<Child> {
+    start_binary_logging(service, port, env, Stdio::null())
+}
+
+/// [`start_binary`] with the service's log lines (JSON, on its stdout) going to `logs`.
+pub(crate) fn start_binary_logging(
+    service: &str,
+    port: u16,
+    env: &[(String, String)],
+    logs: Stdio,
+) -> anyhow::Result<Child> {
     let addr_var = format!("SB_{}_ADDR", service.to_uppercase());
     Command::new(binary(&format!("switchboard-{service}"))?)
         .env_clear()
         .envs(env.iter().cloned())
         .env(addr_var, format!("127.0.0.1:{port}"))
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(logs)
         .stderr(Stdio::inherit())
         .spawn()
         .with_context(|| format!("cannot start {service}"))

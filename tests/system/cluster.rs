@@ -23,15 +23,21 @@ async fn post_run(
             .json(body)
             .send()
             .await;
-        if let Ok(response) = sent {
-            let status = response.status().as_u16();
-            if !matches!(status, 502..=504) {
-                return (status, response.json().await.unwrap_or(Value::Null));
+        let last = match sent {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let answer = response.text().await.unwrap_or_default();
+                if !matches!(status, 502..=504) {
+                    return (status, serde_json::from_str(&answer).unwrap_or(Value::Null));
+                }
+                format!("{status} {answer}")
             }
-        }
+            Err(err) => format!("{err:#}"),
+        };
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the gateway never took the run"
+            "the gateway never took the run {}: the last answer was {last}",
+            body["runId"]
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

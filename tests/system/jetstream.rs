@@ -311,3 +311,75 @@ async fn a_purged_key_leaves_a_marker_that_expires_with_its_subject() {
         .await
         .unwrap();
 }
+
+/// Runs accepted at the same moment are sent to NATS together (`platform::publish_batch`), yet
+/// each request gets its own answer: a new run its own sequence, a repeat of a run (in the same
+/// batch or a later one) the original's, and the stream holds each run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_published_together_each_get_their_own_answer_and_repeats_are_recognised() {
+    use platform::nats::Published;
+
+    let infra = test_support::Infra::from_env();
+    let config: NatsConfig = infra.fresh_nats();
+    let (_client, js) = platform::nats::connect(&config, "batch-test")
+        .await
+        .unwrap();
+    platform::nats::ensure_streams(&js, &config).await.unwrap();
+    let batcher = platform::publish_batch::Batcher::start(js.clone());
+    let names = config.names.clone();
+    // 300 requests at once for 200 runs: runs 0..100 are each sent twice.
+    let mut requests = tokio::task::JoinSet::new();
+    for n in 0..300_usize {
+        let run = n % 200;
+        let input = serde_json::from_value(text_run("batch-thread", &format!("run-{run}"), "hi"))
+            .unwrap();
+        let task = protocol::messaging::RunTaskV1 {
+            task_id: uuid::Uuid::now_v7(),
+            owner: "batch-owner".to_owned(),
+            accepted_at: chrono::Utc::now(),
+            input,
+            attachments: Vec::new(),
+            conversation: false,
+            resumed: None,
+            trace_id: None,
+            agent: None,
+        };
+        let (batcher, names) = (batcher.clone(), names.clone());
+        requests.spawn(async move {
+            let payload = platform::nats::run_payload(&task).unwrap();
+            let published = platform::nats::publish_run_batched(&batcher, &names, &task, payload)
+                .await
+                .unwrap();
+            (run, published)
+        });
+    }
+    let mut answers = std::collections::BTreeMap::<usize, Vec<Published>>::new();
+    while let Some(answer) = requests.join_next().await {
+        let (run, published) = answer.unwrap();
+        answers.entry(run).or_default().push(published);
+    }
+    let mut sequences = std::collections::BTreeSet::new();
+    for (run, published) in &answers {
+        let new: Vec<u64> = published
+            .iter()
+            .filter_map(|p| match p {
+                Published::New(seq) => Some(*seq),
+                Published::Duplicate(_) => None,
+            })
+            .collect();
+        assert_eq!(new.len(), 1, "run-{run} stored once: {published:?}");
+        for p in published {
+            if let Published::Duplicate(seq) = p {
+                assert_eq!(*seq, new[0], "run-{run}'s repeat names the original");
+            }
+        }
+        assert_eq!(published.len(), if *run < 100 { 2 } else { 1 });
+        assert!(sequences.insert(new[0]), "run-{run} has a sequence of its own");
+    }
+    assert_eq!(sequences.len(), 200);
+    let mut stream = js.get_stream(names.runs_stream()).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 200);
+    test_support::remove_nats_prefix(&infra.nats_url, &names)
+        .await
+        .unwrap();
+}

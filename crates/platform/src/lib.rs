@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod nats;
 pub mod nats_auth;
 pub mod openapi;
+pub mod publish_batch;
 pub mod owner_set;
 pub mod rpc;
 pub mod s3;

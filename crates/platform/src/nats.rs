@@ -650,11 +650,36 @@ pub async fn publish_run_payload(
         )
         .await?
         .await?;
-    Ok(if ack.duplicate {
-        Published::Duplicate(ack.sequence)
-    } else {
-        Published::New(ack.sequence)
-    })
+    Ok(Published::from(&ack))
+}
+
+/// [`publish_run_payload`] through a [`crate::publish_batch::Batcher`]: sent to NATS together
+/// with the other publishes that reach it at the same time.
+pub async fn publish_run_batched(
+    batcher: &crate::publish_batch::Batcher,
+    names: &Names,
+    task: &protocol::messaging::RunTaskV1,
+    payload: Vec<u8>,
+) -> anyhow::Result<Published> {
+    let key = protocol::messaging::run_key(&task.owner, &task.input.thread_id, &task.input.run_id);
+    let ack = batcher
+        .publish(
+            names.run_queue_subject().into(),
+            publish_headers(&key),
+            payload.into(),
+        )
+        .await?;
+    Ok(Published::from(&ack))
+}
+
+impl From<&jetstream::publish::PublishAck> for Published {
+    fn from(ack: &jetstream::publish::PublishAck) -> Self {
+        if ack.duplicate {
+            Self::Duplicate(ack.sequence)
+        } else {
+            Self::New(ack.sequence)
+        }
+    }
 }
 
 /// The task stored at `seq` of the RUNS stream; `None` if it is no longer there (expired).

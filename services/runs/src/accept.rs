@@ -70,7 +70,8 @@ pub(crate) enum AcceptError {
 
 /// Publishes accepted runs.
 pub(crate) struct Acceptor {
-    js: jetstream::Context,
+    /// Sends the runs of concurrent requests to NATS together.
+    publisher: platform::publish_batch::Batcher,
     runs: jetstream::stream::Stream,
     names: Names,
     buckets: RunBuckets,
@@ -93,7 +94,7 @@ impl Acceptor {
     ) -> Self {
         let active = platform::owner_set::OwnerSet::active_runs(buckets.owner_budgets.clone());
         Self {
-            js,
+            publisher: platform::publish_batch::Batcher::start(js),
             runs,
             names,
             buckets,
@@ -201,8 +202,8 @@ impl Acceptor {
                 return Err(AcceptError::ThreadBusy);
             }
         }
-        let published = match platform::nats::publish_run_payload(
-            &self.js,
+        let published = match platform::nats::publish_run_batched(
+            &self.publisher,
             &self.names,
             &task,
             payload,
