@@ -194,7 +194,9 @@ RUNS_URL="http://127.0.0.1:$RUNS_PORT$PATH_RUNS"
 
 # Maximum throughput: closed loops, CONNECTIONS in flight.
 run_wrk bare-max "$BARE_URL" "$BARE_PID" "$DURATION"
+curl -fs "http://127.0.0.1:$RUNS_PORT/metrics" >"$OUT/runs-max.metrics0" || true
 run_wrk runs-max "$RUNS_URL" "$RUNS_PID" "$DURATION"
+curl -fs "http://127.0.0.1:$RUNS_PORT/metrics" >"$OUT/runs-max.metrics1" || true
 # (b): as many RunTask messages as the runs service accepted at full load (at least 2,000), the
 # same concurrency, to the same stream.
 COUNT="$(python3 -c 'import sys; print(max(2000, int(sys.argv[1])))' "$(field runs-max requests)")"
@@ -298,6 +300,26 @@ if served:
     share = lambda le: (after.get(le, 0) - before.get(le, 0)) / served
     print(f"- inside the runs service at half load (its own histogram, request to response head): "
           f"{share('0.0025'):.2%} within 2.5 ms, {share('0.005'):.2%} within 5 ms")
+
+def counter(path, name):
+    """A counter's value in a /metrics text (0 when absent or unreadable)."""
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return 0.0
+    return next((float(line.rsplit(" ", 1)[1]) for line in lines
+                 if line.split(" ", 1)[0] == name), 0.0)
+
+# The runs sent to NATS together (platform::publish_batch): runs per write of the connection.
+for load in ("runs-max", "runs-half"):
+    sent, batches = (
+        counter(os.path.join(out, f"{load}.metrics1"), name)
+        - counter(os.path.join(out, f"{load}.metrics0"), name)
+        for name in ("switchboard_nats_batched_publishes_total",
+                     "switchboard_nats_publish_batches_total"))
+    if batches:
+        print(f"- {load}: runs sent to NATS {sent / batches:.2f} at a time on average "
+              f"({sent:.0f} in {batches:.0f} batches)")
 print()
 print("Latency floor (diagnostic): one request in flight.")
 print()

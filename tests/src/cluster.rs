@@ -272,7 +272,10 @@ impl Drop for NatsCluster {
         // A failed test leaves the nodes' logs (permission violations are logged there) and
         // those of a fleet's services.
         if std::thread::panicking() || std::env::var_os("SB_TEST_KEEP_NATS_LOGS").is_some() {
-            eprintln!("NATS cluster (and fleet) logs kept in {}", self.dir.display());
+            eprintln!(
+                "NATS cluster (and fleet) logs kept in {}",
+                self.dir.display()
+            );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

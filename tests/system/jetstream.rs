@@ -331,8 +331,8 @@ async fn runs_published_together_each_get_their_own_answer_and_repeats_are_recog
     let mut requests = tokio::task::JoinSet::new();
     for n in 0..300_usize {
         let run = n % 200;
-        let input = serde_json::from_value(text_run("batch-thread", &format!("run-{run}"), "hi"))
-            .unwrap();
+        let input =
+            serde_json::from_value(text_run("batch-thread", &format!("run-{run}"), "hi")).unwrap();
         let task = protocol::messaging::RunTaskV1 {
             task_id: uuid::Uuid::now_v7(),
             owner: "batch-owner".to_owned(),
@@ -374,12 +374,54 @@ async fn runs_published_together_each_get_their_own_answer_and_repeats_are_recog
             }
         }
         assert_eq!(published.len(), if *run < 100 { 2 } else { 1 });
-        assert!(sequences.insert(new[0]), "run-{run} has a sequence of its own");
+        assert!(
+            sequences.insert(new[0]),
+            "run-{run} has a sequence of its own"
+        );
     }
     assert_eq!(sequences.len(), 200);
     let mut stream = js.get_stream(names.runs_stream()).await.unwrap();
     assert_eq!(stream.info().await.unwrap().state.messages, 200);
     test_support::remove_nats_prefix(&infra.nats_url, &names)
+        .await
+        .unwrap();
+}
+
+/// What a compare-and-set loop reads after a lost round (`JsonKv::get_latest`, through the
+/// bucket's leader) is what `get` reads on a current replica: the last value and its revision,
+/// nothing once the key is deleted, and a revision an update at it wins with.
+#[tokio::test]
+async fn a_read_from_the_leader_gives_the_last_value_and_a_revision_that_wins() {
+    let infra = test_support::Infra::from_env();
+    let config: NatsConfig = infra.fresh_nats();
+    let (_client, js) = platform::nats::connect(&config, "leader-read-test")
+        .await
+        .unwrap();
+    let buckets = platform::lifecycle::ensure_run_buckets(&js, &config)
+        .await
+        .unwrap();
+    let kv = &buckets.owner_budgets;
+    assert_eq!(kv.get_latest::<u64>("k.absent").await.unwrap(), None);
+    kv.put("k.one", &1_u64).await.unwrap();
+    let second = kv.put("k.one", &2_u64).await.unwrap();
+    kv.put("k.other", &7_u64).await.unwrap();
+    let latest = kv.get_latest::<u64>("k.one").await.unwrap();
+    assert_eq!(latest, Some((2, second)));
+    assert_eq!(latest, kv.get::<u64>("k.one").await.unwrap());
+    assert_eq!(
+        kv.get_for_round::<u64>("k.one", 1).await.unwrap(),
+        latest,
+        "a later round reads from the leader"
+    );
+    assert!(kv.update("k.one", &3_u64, second).await.unwrap().is_some());
+    assert_eq!(
+        kv.update("k.one", &4_u64, second).await.unwrap(),
+        None,
+        "a revision that moved on loses"
+    );
+    kv.delete("k.one").await.unwrap();
+    assert_eq!(kv.get_latest::<u64>("k.one").await.unwrap(), None);
+    test_support::remove_nats_prefix(&infra.nats_url, &config.names)
         .await
         .unwrap();
 }

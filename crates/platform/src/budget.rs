@@ -182,8 +182,11 @@ impl DailyBudget {
             short_digest(owner),
             day.format("%Y%m%d")
         );
+        let mut round = 0;
         loop {
-            match self.kv.get::<DayRecord>(&key).await? {
+            let read = self.kv.get_for_round::<DayRecord>(&key, round).await?;
+            round += 1;
+            match read {
                 None => {
                     let granted = grant(self.per_day, 0, want);
                     if let Created::Created(_) =
@@ -205,7 +208,7 @@ impl DailyBudget {
                     }
                 }
             }
-            // Another replica leased meanwhile: read again.
+            // Another replica leased meanwhile: read again (from the leader).
         }
     }
 }

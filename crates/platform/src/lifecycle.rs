@@ -200,11 +200,17 @@ impl RunBuckets {
             published,
             claimed_at: chrono::Utc::now(),
         };
+        let mut round = 0;
         loop {
             if self.thread_locks.create(&key, &mine).await? != Created::Exists {
                 return Ok(Claim::Claimed);
             }
-            let Some((holder, revision)) = self.thread_locks.get::<ThreadLock>(&key).await? else {
+            let read = self
+                .thread_locks
+                .get_for_round::<ThreadLock>(&key, round)
+                .await?;
+            round += 1;
+            let Some((holder, revision)) = read else {
                 continue; // released meanwhile: try to create again
             };
             if holder.task_id == task_id {

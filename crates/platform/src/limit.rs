@@ -310,8 +310,9 @@ impl OwnerRate {
                     }
                 }
             }
-            // The record moved on (another replica leased) or was not known: read it.
-            known = self.kv.get::<RateRecord>(&key).await?;
+            // The record moved on (another replica leased) or was not known: read it, from the
+            // leader (a replica behind it would answer the revision just refused).
+            known = self.kv.get_latest::<RateRecord>(&key).await?;
         }
     }
 }

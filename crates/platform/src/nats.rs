@@ -790,8 +790,9 @@ impl JsonKv {
         T: serde::Serialize + serde::de::DeserializeOwned,
         F: FnMut(&T) -> Option<T>,
     {
+        let mut read = self.get::<T>(key).await?;
         loop {
-            let Some((current, revision)) = self.get::<T>(key).await? else {
+            let Some((current, revision)) = read else {
                 return Ok(None);
             };
             let Some(next) = change(&current) else {
@@ -800,6 +801,7 @@ impl JsonKv {
             if self.update(key, &next, revision).await?.is_some() {
                 return Ok(Some(next));
             }
+            read = self.get_latest::<T>(key).await?;
         }
     }
 
@@ -809,6 +811,40 @@ impl JsonKv {
         &self,
         pattern: &str,
     ) -> anyhow::Result<Option<T>> {
+        Ok(self.leader_read(pattern).await?.map(|(value, _)| value))
+    }
+
+    /// [`JsonKv::get`] answered by the bucket's leader, so never behind the last write. `get`
+    /// is a direct get, which any replica may answer: one that lags (a node restarted and
+    /// catching up) answers an old revision, and a compare-and-set loop fed only from it loses
+    /// every round. Each loop here reads with `get` first and with this after a lost round.
+    pub async fn get_latest<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> anyhow::Result<Option<(T, u64)>> {
+        self.leader_read(key).await
+    }
+
+    /// What a compare-and-set loop reads on its round `round` (from 0): [`JsonKv::get`] first,
+    /// [`JsonKv::get_latest`] once a round was lost.
+    pub async fn get_for_round<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        round: usize,
+    ) -> anyhow::Result<Option<(T, u64)>> {
+        if round == 0 {
+            self.get(key).await
+        } else {
+            self.get_latest(key).await
+        }
+    }
+
+    /// The last write on the subject of `pattern` (a key, or keys with one `*` token) and its
+    /// revision, read through the stream's leader; `None` when there is none or it is a delete.
+    async fn leader_read<T: serde::de::DeserializeOwned>(
+        &self,
+        pattern: &str,
+    ) -> anyhow::Result<Option<(T, u64)>> {
         use stream::LastRawMessageErrorKind;
         let subject = format!("{}{pattern}", self.store.prefix);
         match self
@@ -825,11 +861,10 @@ impl JsonKv {
                 if deleted || message.payload.is_empty() {
                     return Ok(None);
                 }
-                Ok(Some(
-                    serde_json::from_slice(&message.payload).with_context(|| {
-                        format!("KV value under {pattern} is not what this version expects")
-                    })?,
-                ))
+                let value = serde_json::from_slice(&message.payload).with_context(|| {
+                    format!("KV value under {pattern} is not what this version expects")
+                })?;
+                Ok(Some((value, message.sequence)))
             }
             Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(err) => Err(err.into()),

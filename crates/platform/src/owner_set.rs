@@ -123,8 +123,11 @@ impl OwnerSet {
         max: usize,
     ) -> anyhow::Result<Result<(), Full>> {
         let key = self.key(owner);
+        let mut round = 0;
         loop {
-            let (record, revision) = match self.kv.get::<Record>(&key).await? {
+            let read = self.kv.get_for_round::<Record>(&key, round).await?;
+            round += 1;
+            let (record, revision) = match read {
                 Some((record, revision)) => (record, Some(revision)),
                 None => (Record::default(), None),
             };
@@ -140,7 +143,8 @@ impl OwnerSet {
             if written {
                 return Ok(Ok(()));
             }
-            // Another replica or worker changed the record meanwhile: read it again.
+            // Another replica or worker changed the record meanwhile (or the read came from a
+            // replica behind it): read it again, from the leader.
         }
     }
 
@@ -148,8 +152,11 @@ impl OwnerSet {
     /// does.
     pub async fn leave(&self, owner: &str, member: &str) -> anyhow::Result<()> {
         let key = self.key(owner);
+        let mut round = 0;
         loop {
-            let Some((mut record, revision)) = self.kv.get::<Record>(&key).await? else {
+            let read = self.kv.get_for_round::<Record>(&key, round).await?;
+            round += 1;
+            let Some((mut record, revision)) = read else {
                 return Ok(());
             };
             let before = record.members.len();

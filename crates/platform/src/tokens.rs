@@ -222,8 +222,11 @@ impl TokenLedger {
     }
 
     async fn add(&self, key: &str, tokens: u64) -> anyhow::Result<()> {
+        let mut round = 0;
         loop {
-            match self.kv.get::<Used>(key).await? {
+            let read = self.kv.get_for_round::<Used>(key, round).await?;
+            round += 1;
+            match read {
                 None => {
                     if let Created::Created(_) = self.kv.create(key, &Used { tokens }).await? {
                         return Ok(());
@@ -238,7 +241,7 @@ impl TokenLedger {
                     }
                 }
             }
-            // Another worker charged meanwhile: read again.
+            // Another worker charged meanwhile: read again (from the leader).
         }
     }
 }

@@ -202,20 +202,16 @@ impl Acceptor {
                 return Err(AcceptError::ThreadBusy);
             }
         }
-        let published = match platform::nats::publish_run_batched(
-            &self.publisher,
-            &self.names,
-            &task,
-            payload,
-        )
-        .await
-        {
-            Ok(published) => published,
-            Err(err) => {
-                self.undo(&task, bytes).await;
-                return Err(err.into());
-            }
-        };
+        let published =
+            match platform::nats::publish_run_batched(&self.publisher, &self.names, &task, payload)
+                .await
+            {
+                Ok(published) => published,
+                Err(err) => {
+                    self.undo(&task, bytes).await;
+                    return Err(err.into());
+                }
+            };
         match published {
             Published::New(_) => {
                 if reject {

@@ -49,8 +49,14 @@ pub(crate) async fn answer(
     run_id: &str,
 ) -> Result<Resumed, PromptError> {
     let key = prompt_key(prompt_id);
+    let mut round = 0;
     loop {
-        let Some((record, revision)) = buckets.prompts.get::<PromptRecord>(&key).await? else {
+        let read = buckets
+            .prompts
+            .get_for_round::<PromptRecord>(&key, round)
+            .await?;
+        round += 1;
+        let Some((record, revision)) = read else {
             return Err(PromptError::NotFound);
         };
         if record.owner != owner || record.thread_id != thread_id || record.prompt_id != prompt_id {
