@@ -641,16 +641,21 @@ pub async fn publish_run_payload(
     task: &protocol::messaging::RunTaskV1,
     payload: Vec<u8>,
 ) -> anyhow::Result<Published> {
-    let key = protocol::messaging::run_key(&task.owner, &task.input.thread_id, &task.input.run_id);
     let ack = js
-        .publish_with_headers(
-            names.run_queue_subject(),
-            publish_headers(&key),
-            payload.into(),
-        )
+        .publish_with_headers(names.run_queue_subject(), run_headers(task), payload.into())
         .await?
         .await?;
     Ok(Published::from(&ack))
+}
+
+/// The headers of `task`'s message: its run key as message id (what JetStream deduplicates on)
+/// and the trace context.
+fn run_headers(task: &protocol::messaging::RunTaskV1) -> HeaderMap {
+    publish_headers(&protocol::messaging::run_key(
+        &task.owner,
+        &task.input.thread_id,
+        &task.input.run_id,
+    ))
 }
 
 /// [`publish_run_payload`] through a [`crate::publish_batch::Batcher`]: sent to NATS together
@@ -661,11 +666,10 @@ pub async fn publish_run_batched(
     task: &protocol::messaging::RunTaskV1,
     payload: Vec<u8>,
 ) -> anyhow::Result<Published> {
-    let key = protocol::messaging::run_key(&task.owner, &task.input.thread_id, &task.input.run_id);
     let ack = batcher
         .publish(
             names.run_queue_subject().into(),
-            publish_headers(&key),
+            run_headers(task),
             payload.into(),
         )
         .await?;
