@@ -57,16 +57,24 @@ impl Batcher {
                 sent,
             })
             .await
-            .map_err(|_| anyhow::anyhow!("the JetStream publisher has stopped"))?;
-        let ack = was_sent
-            .await
-            .map_err(|_| anyhow::anyhow!("the JetStream publisher has stopped"))??;
+            .map_err(stopped)?;
+        let ack = was_sent.await.map_err(stopped)??;
         Ok(ack.await?)
     }
 }
 
+/// What a publish answers once the task is gone (its queue or its answer dropped).
+fn stopped<E>(_: E) -> anyhow::Error {
+    anyhow::anyhow!("the JetStream publisher has stopped")
+}
+
 /// The task: waits for a publish, lets the other ready requests queue theirs, sends them all.
 async fn send_batches(js: jetstream::Context, mut queued: mpsc::Receiver<Queued>) {
+    // The counters are registered once, with the process's recorder (installed on first use:
+    // a service may build its acceptor before its metrics layer).
+    crate::metrics::handle();
+    let batches = metrics::counter!("switchboard_nats_publish_batches_total");
+    let batched = metrics::counter!("switchboard_nats_batched_publishes_total");
     let mut batch = Vec::with_capacity(BATCH);
     while queued.recv_many(&mut batch, BATCH).await > 0 {
         tokio::task::yield_now().await;
@@ -75,9 +83,8 @@ async fn send_batches(js: jetstream::Context, mut queued: mpsc::Receiver<Queued>
         {
             batch.push(more);
         }
-        metrics::counter!("switchboard_nats_publish_batches_total").increment(1);
-        metrics::counter!("switchboard_nats_batched_publishes_total")
-            .increment(u64::try_from(batch.len()).unwrap_or(u64::MAX));
+        batches.increment(1);
+        batched.increment(u64::try_from(batch.len()).unwrap_or(u64::MAX));
         // Sent side by side: with room in the connection's queue each send is done at its first
         // poll (one pass, no wait between them); without (a reconnect), they wait out their
         // timeouts together rather than one after the other.
